@@ -1,0 +1,53 @@
+"""Condition types and reasons of an AgentRLJob: one place for every string a user can see in
+``kubectl get arj`` or ``kubectl describe``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ConditionType(StrEnum):
+    """The condition types the operator writes."""
+
+    READY = "Ready"
+    ENGINES_READY = "EnginesReady"
+    SANDBOX_POOL_READY = "SandboxPoolReady"
+    TRAINER_READY = "TrainerReady"
+    WEIGHTS_SYNCED = "WeightsSynced"
+    SUSPENDED = "Suspended"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    DEGRADED = "Degraded"
+
+
+class Reason(StrEnum):
+    """CamelCase reasons, stable: alerts and scripts match on them."""
+
+    # generic
+    RECONCILING = "Reconciling"
+    ALL_READY = "AllComponentsReady"
+    COMPONENTS_NOT_READY = "ComponentsNotReady"
+    INVALID_SPEC = "InvalidSpec"
+    # engines
+    ENGINES_AVAILABLE = "EnginesAvailable"
+    ENGINES_PROGRESSING = "EnginesProgressing"
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_ERROR = "ImagePullError"
+    CRASH_LOOP = "CrashLoopBackOff"
+    NO_ENGINES = "NoEngines"
+    WATCHDOG_CRASH_LOOP = "WatchdogCrashLoop"
+    # trainer
+    TRAINER_RUNNING = "TrainerRunning"
+    TRAINER_PENDING = "TrainerPending"
+    TRAINER_RESTARTING = "TrainerRestarting"
+    TRAINER_SUCCEEDED = "TrainerSucceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    # sandbox pool
+    POOL_READY = "SandboxPoolReady"
+    ROLLOUT_PROGRESSING = "RolloutProgressing"
+    QUOTA_LIMITED = "QuotaLimited"
+    # suspend
+    SUSPENDED = "JobSuspended"
+    RESUMED = "JobResumed"
+    NOT_SUSPENDED = "NotSuspended"

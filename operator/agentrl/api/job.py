@@ -1,0 +1,142 @@
+"""The AgentRLJob resource: ``spec`` ties the component specs together and carries the rules
+that span them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agentrl.api.base import ManifestModel
+from agentrl.api.engine import InferenceSpec
+from agentrl.api.model import DatasetSpec, ModelSpec
+from agentrl.api.rollout import RolloutSpec
+from agentrl.api.rules import Rule, immutable
+from agentrl.api.sandbox import SandboxSpec
+from agentrl.api.status import AgentRLJobStatus
+from agentrl.api.trainer import TrainerSpec
+
+GROUP = "agentrl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AgentRLJob"
+PLURAL = "agentrljobs"
+SINGULAR = "agentrljob"
+SHORT_NAMES = ("arj",)
+CATEGORIES = ("agentrl",)
+
+#: Longest job name. Every child name is NAME plus a suffix, and the longest derived value that
+#: must stay a 63-character DNS label is the engine StatefulSet's controller-revision-hash label,
+#: NAME + "-engine-" + 10 hash characters; 40 leaves room for that and for sandbox pod names
+#: (NAME-sbx-<12 random>). ``agentrl.reconcile.names`` asserts this at import.
+MAX_NAME_LENGTH = 40
+
+
+class AgentRLJobSpec(ManifestModel):
+    """``spec``: one agentic RL job."""
+
+    model: ModelSpec
+    """What is trained and served."""
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    """The tasks."""
+    inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    """SGLang engines."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """Episodes and their caps."""
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+    """The sandbox pool; ``concurrency`` is the /scale field."""
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    """The GRPO trainer."""
+    suspend: bool = False
+    """Scale engines and sandboxes to zero and suspend the trainer; false resumes."""
+    active_deadline_seconds: int | None = Field(default=None, ge=1, le=31_536_000)
+    """Fail the job (DeadlineExceeded) when it has run this long, counted from its start."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)
+    """Delete the job this long after it is Complete or Failed."""
+
+    cel_rules = (
+        Rule(
+            cel="self.trainer.trajectoriesPerStep % self.rollout.groupSize == 0",
+            message_expression="'trainer.trajectoriesPerStep (' + "
+            "string(self.trainer.trajectoriesPerStep) + ') must be a multiple of "
+            "rollout.groupSize (' + string(self.rollout.groupSize) + '): a step trains on "
+            "whole groups'",
+            field_path=".trainer.trajectoriesPerStep",
+            check=lambda s: s.trainer.trajectories_per_step % s.rollout.group_size == 0,
+            message=lambda s: f"trainer.trajectoriesPerStep ({s.trainer.trajectories_per_step}) "
+            f"must be a multiple of rollout.groupSize ({s.rollout.group_size}): a step trains "
+            "on whole groups",
+        ),
+        Rule(
+            cel="self.rollout.maxTrajectoryTokens <= self.inference.contextLength",
+            message_expression="'rollout.maxTrajectoryTokens (' + "
+            "string(self.rollout.maxTrajectoryTokens) + ') must not exceed "
+            "inference.contextLength (' + string(self.inference.contextLength) + '): the "
+            "engine cannot hold a longer trajectory'",
+            field_path=".rollout.maxTrajectoryTokens",
+            check=lambda s: s.rollout.max_trajectory_tokens <= s.inference.context_length,
+            message=lambda s: "rollout.maxTrajectoryTokens "
+            f"({s.rollout.max_trajectory_tokens}) must not exceed inference.contextLength "
+            f"({s.inference.context_length}): the engine cannot hold a longer trajectory",
+        ),
+        Rule(
+            cel="self.trainer.backend != 'megatron' || self.sandbox.provider != 'local'",
+            message_expression="'sandbox.provider local runs on one machine and needs "
+            "trainer.backend torch; use provider kubernetes or e2b with megatron'",
+            field_path=".sandbox.provider",
+            check=lambda s: s.trainer.backend != "megatron" or s.sandbox.provider != "local",
+            message=lambda s: "sandbox.provider local runs on one machine and needs "
+            "trainer.backend torch; use provider kubernetes or e2b with megatron",
+        ),
+        immutable("model", "spec.model"),
+        Rule(
+            cel="self.trainer.backend == oldSelf.trainer.backend && "
+            "self.trainer.nodes == oldSelf.trainer.nodes && "
+            "self.trainer.gpusPerNode == oldSelf.trainer.gpusPerNode && "
+            "self.trainer.parallelism == oldSelf.trainer.parallelism",
+            message_expression="'the trainer topology (backend, nodes, gpusPerNode, "
+            "parallelism) is immutable once the job exists: checkpoints are laid out for it; "
+            "delete and re-create the job to change it'",
+            field_path=".trainer",
+            transition=True,
+        ),
+    )
+
+
+class ObjectMeta(ManifestModel):
+    """The part of metadata a manifest sets."""
+
+    model_config = {**ManifestModel.model_config, "extra": "allow"}
+
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    )
+    """Job name: a DNS label of at most 40 characters (children append suffixes)."""
+    namespace: str | None = None
+    """Namespace; unset uses the current one."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels, copied to every child."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations."""
+
+
+class AgentRLJob(ManifestModel):
+    """An agentic RL job: engines, trainer, rollout tier and sandbox pool."""
+
+    api_version: Literal["agentrl.dev/v1alpha1"] = API_VERSION
+    """``agentrl.dev/v1alpha1``."""
+    kind: Literal["AgentRLJob"] = KIND
+    """``AgentRLJob``."""
+    metadata: ObjectMeta
+    """Name, namespace, labels."""
+    spec: AgentRLJobSpec
+    """The job."""
+    status: AgentRLJobStatus | None = None
+    """Written by the operator."""
+
+    @classmethod
+    def from_manifest(cls, obj: dict[str, Any]) -> AgentRLJob:
+        """Parse a manifest (a dict from YAML or the API server)."""
+        return cls.model_validate(obj)

@@ -1,0 +1,115 @@
+"""``status`` of an AgentRLJob. Everything the operator writes is declared here: the API
+server silently drops status fields the schema does not declare."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agentrl.api.base import ManifestModel
+
+
+class Condition(ManifestModel):
+    """A condition as in metav1.Condition."""
+
+    type: str = Field(min_length=1, max_length=316)
+    """Condition type (Ready, EnginesReady, ...)."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    """CamelCase reason."""
+    message: str = Field(default="", max_length=32768)
+    """Human-readable detail; child failures are lifted in here."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation this condition was computed from."""
+    last_transition_time: str
+    """RFC 3339 time the status last changed."""
+
+
+class EngineStatus(ManifestModel):
+    """Engine StatefulSet summary."""
+
+    replicas: int = 0
+    """Engine pods desired."""
+    ready: int = 0
+    """Engine pods ready."""
+    restarts: int = 0
+    """Engine container restarts, summed over pods."""
+    faults: int = 0
+    """GPU faults the watchdogs reported."""
+    weight_version: int | None = None
+    """Lowest weight version the engines serve."""
+
+
+class SandboxStatus(ManifestModel):
+    """Sandbox pool summary; ``concurrency`` and ``selector`` back the /scale subresource."""
+
+    concurrency: int = 0
+    """Concurrency in effect (after quotas and provider limits)."""
+    desired: int = 0
+    """``spec.sandbox.concurrency`` as last observed."""
+    limited_by: str | None = None
+    """What caps the effective concurrency below the desired one, if anything."""
+    ready: int = 0
+    """Sandbox pods ready."""
+    in_use: int = 0
+    """Sandboxes running episodes."""
+    selector: str = ""
+    """Label selector of the job's sandbox pods, as a string (HPA needs it)."""
+    last_scale_time: str | None = None
+    """When the autoscaler last moved concurrency."""
+    last_scale_reason: str | None = None
+    """Why the autoscaler last moved concurrency."""
+
+
+class TrainerStatus(ManifestModel):
+    """Trainer Job summary."""
+
+    step: int = 0
+    """Last completed training step."""
+    last_checkpoint_step: int = 0
+    """Step of the last checkpoint."""
+    restarts: int = 0
+    """Trainer restarts (each resumes from the last checkpoint)."""
+    active: int = 0
+    """Trainer pods running."""
+
+
+class RolloutStatus(ManifestModel):
+    """Rollout figures reported by the driver."""
+
+    trajectories_per_hour: float = 0.0
+    """Completed trajectories per hour."""
+    mean_reward: float | None = None
+    """Mean reward of the last step."""
+    pass_at_1: float | None = None
+    """Held-out pass@1 at the last evaluation."""
+    infra_error_rate: float = 0.0
+    """Share of episodes that ended in infra_error (retried, never trained on)."""
+    truncated_rate: float = 0.0
+    """Share of episodes truncated by a cap."""
+
+
+class AgentRLJobStatus(ManifestModel):
+    """``status``: conditions plus a summary per component."""
+
+    observed_generation: int | None = None
+    """The .metadata.generation the operator last acted on."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, EnginesReady, SandboxPoolReady, TrainerReady, WeightsSynced, Suspended, Complete,
+    Failed, Degraded."""
+    ready_reason: str | None = None
+    """The Ready condition's reason, as a printer column."""
+    start_time: str | None = None
+    """When the job first started running (RFC 3339)."""
+    completion_time: str | None = None
+    """When the job became Complete or Failed (RFC 3339)."""
+    engines: EngineStatus = Field(default_factory=EngineStatus)
+    """Engine summary."""
+    sandbox: SandboxStatus = Field(default_factory=SandboxStatus)
+    """Sandbox pool summary."""
+    trainer: TrainerStatus = Field(default_factory=TrainerStatus)
+    """Trainer summary."""
+    rollout: RolloutStatus = Field(default_factory=RolloutStatus)
+    """Rollout figures."""

@@ -1,0 +1,242 @@
+"""``spec.trainer``: the GRPO algorithm, the asynchronous loop, topology, weight sync and
+checkpoints."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from agentrl.api.base import ManifestModel
+from agentrl.api.quantities import Quantity
+from agentrl.api.rules import Rule
+
+
+class TrainerBackend(StrEnum):
+    """``megatron`` on GPUs; ``torch`` for tiny models on CPU (``agentrl run``)."""
+
+    MEGATRON = "megatron"
+    TORCH = "torch"
+
+
+class ZeroVariancePolicy(StrEnum):
+    """Groups whose rewards are all equal carry no signal."""
+
+    KEEP = "keep"
+    """Keep them (advantage 0: only the KL term acts)."""
+    MASK = "mask"
+    """Keep them in the batch but give them no loss."""
+    DROP_AND_REFILL = "dropAndRefill"
+    """Drop them and wait for other groups to fill the step."""
+
+
+class LossAggregation(StrEnum):
+    """How per-token losses become the step's loss."""
+
+    TOKEN_MEAN = "token-mean"
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+
+
+class CorrectionMode(StrEnum):
+    """Train/inference mismatch correction using the engine's logprobs."""
+
+    NONE = "none"
+    TIS = "tis"
+    """Truncated importance sampling: weights clipped to [low, high]."""
+    ICEPOP = "icepop"
+    """Tokens whose weight falls outside [low, high] get no gradient."""
+
+
+class OffPolicyCorrection(ManifestModel):
+    """Importance correction between the engine that sampled and the trainer."""
+
+    mode: CorrectionMode = CorrectionMode.TIS
+    """``none``, ``tis`` or ``icepop``."""
+    low: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Lower bound of the importance weight."""
+    high: float = Field(default=2.0, ge=1.0, le=100.0)
+    """Upper bound of the importance weight."""
+
+
+class Algorithm(ManifestModel):
+    """GRPO settings."""
+
+    std_normalize: bool = True
+    """Divide advantages by the group's reward standard deviation (off: Dr. GRPO)."""
+    zero_variance_groups: ZeroVariancePolicy = ZeroVariancePolicy.DROP_AND_REFILL
+    """What happens to groups whose rewards are all equal."""
+    loss_aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
+    """``token-mean``, ``seq-mean-token-mean`` or ``seq-mean-token-sum``."""
+    clip_low: float = Field(default=0.2, ge=0.0, le=1.0)
+    """PPO ratio clip below 1 (ε_low)."""
+    clip_high: float = Field(default=0.28, ge=0.0, le=10.0)
+    """PPO ratio clip above 1 (ε_high; 0.28 as in the report's recipes)."""
+    kl_coef: float = Field(default=0.0, ge=0.0, le=10.0)
+    """Coefficient of the low-variance KL penalty to the initial policy (0 disables it)."""
+    off_policy_correction: OffPolicyCorrection = Field(default_factory=OffPolicyCorrection)
+    """Train/inference mismatch correction."""
+
+    cel_rules = (
+        Rule(
+            cel="self.offPolicyCorrection.low < self.offPolicyCorrection.high",
+            message_expression="'offPolicyCorrection.low must be below offPolicyCorrection.high'",
+            field_path=".offPolicyCorrection.low",
+            check=lambda a: a.off_policy_correction.low < a.off_policy_correction.high,
+            message=lambda a: "offPolicyCorrection.low must be below offPolicyCorrection.high",
+        ),
+    )
+
+
+class Optimizer(ManifestModel):
+    """AdamW settings."""
+
+    lr: float = Field(default=1e-6, gt=0.0, le=1.0)
+    """Learning rate."""
+    weight_decay: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Decoupled weight decay."""
+    beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    """Adam β1."""
+    beta2: float = Field(default=0.98, ge=0.0, lt=1.0)
+    """Adam β2."""
+    grad_clip: float = Field(default=1.0, gt=0.0, le=1000.0)
+    """Global gradient-norm clip."""
+
+
+class Parallelism(ManifestModel):
+    """Megatron parallel sizes. Their product with data parallelism equals the GPUs."""
+
+    tensor: int = Field(default=1, ge=1, le=64)
+    """Tensor parallel size."""
+    pipeline: int = Field(default=1, ge=1, le=64)
+    """Pipeline parallel size."""
+    context: int = Field(default=1, ge=1, le=64)
+    """Context parallel size."""
+    expert: int = Field(default=1, ge=1, le=256)
+    """Expert parallel size (MoE)."""
+
+
+class AsyncSpec(ManifestModel):
+    """The asynchronous loop."""
+
+    max_staleness: int = Field(default=2, ge=0, le=64)
+    """Most policy versions an admitted episode may lag the trainer. Enforced by admission
+    control (no new episode starts that would exceed it), never by discarding finished work."""
+
+
+class WeightSyncMode(StrEnum):
+    """How new weights reach the engines."""
+
+    DISK = "disk"
+    DISTRIBUTED = "distributed"
+
+
+class WeightSync(ManifestModel):
+    """Weight push to engines."""
+
+    mode: WeightSyncMode = WeightSyncMode.DISK
+    """``disk`` (save, then ``/update_weights_from_disk``) or ``distributed`` (an RCCL/NCCL
+    broadcast group)."""
+    interval_steps: int = Field(default=1, ge=1, le=10_000)
+    """Push weights every this many steps."""
+
+
+class Checkpoint(ManifestModel):
+    """Checkpoints (the trainer resumes from the last one)."""
+
+    interval_steps: int = Field(default=10, ge=1, le=100_000)
+    """Save every this many steps."""
+    volume: str | None = Field(default=None, max_length=253)
+    """Existing PVC to write to; unset makes ``NAME-checkpoints``."""
+    size: Quantity = "500Gi"
+    """Size of the PVC the operator makes."""
+    storage_class_name: str | None = Field(default=None, max_length=253)
+    """StorageClass of that PVC; unset uses the cluster default."""
+
+
+class NetworkSpec(ManifestModel):
+    """Collective-communication network pinning."""
+
+    nccl_socket_ifname: str | None = Field(default=None, max_length=64)
+    """``NCCL_SOCKET_IFNAME`` (RCCL reads the same): pin the NIC so weight sync never picks a
+    duplicate container address."""
+    gloo_socket_ifname: str | None = Field(default=None, max_length=64)
+    """``GLOO_SOCKET_IFNAME``."""
+    ib_hca: str | None = Field(default=None, max_length=256)
+    """``NCCL_IB_HCA``: RDMA devices to use."""
+
+
+class TrainerSpec(ManifestModel):
+    """``spec.trainer``: the GRPO trainer."""
+
+    backend: TrainerBackend = TrainerBackend.MEGATRON
+    """``megatron`` (GPUs) or ``torch`` (tiny models on CPU)."""
+    nodes: int = Field(default=1, ge=1, le=1024)
+    """Trainer pods (Indexed Job completions); rank 0 drives the job."""
+    gpus_per_node: int = Field(default=8, ge=0, le=16)
+    """GPUs each trainer pod requests (0 only for the torch backend)."""
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Megatron parallel sizes."""
+    algorithm: Algorithm = Field(default_factory=Algorithm)
+    """GRPO settings."""
+    optimizer: Optimizer = Field(default_factory=Optimizer)
+    """Optimizer settings."""
+    trajectories_per_step: int = Field(default=64, ge=2, le=1_000_000)
+    """Trajectories in one training step; a multiple of ``rollout.groupSize``."""
+    max_steps: int = Field(default=100, ge=1, le=10_000_000)
+    """Steps after which the job is Complete."""
+    async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async")
+    """The asynchronous loop."""
+    weight_sync: WeightSync = Field(default_factory=WeightSync)
+    """Weight push to engines."""
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    """Checkpoints."""
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    """NCCL/RCCL network pinning."""
+    backoff_limit: int = Field(default=3, ge=0, le=100)
+    """Trainer restarts (from the last checkpoint) before the job is Failed."""
+    image: str = Field(default="ghcr.io/agentrl/rocm-trainer:0.1.0", min_length=1, max_length=512)
+    """The trainer image (``images/rocm-trainer``)."""
+    cpu: Quantity = "32"
+    """CPU request per trainer pod."""
+    memory: Quantity = "512Gi"
+    """Memory request per trainer pod."""
+
+    cel_rules = (
+        Rule(
+            cel="self.backend == 'torch' || self.gpusPerNode >= 1",
+            message_expression="'gpusPerNode must be at least 1 for the megatron backend "
+            "(0 GPUs is only for backend: torch)'",
+            field_path=".gpusPerNode",
+            check=lambda t: t.backend == TrainerBackend.TORCH or t.gpus_per_node >= 1,
+            message=lambda t: "gpusPerNode must be at least 1 for the megatron backend "
+            "(0 GPUs is only for backend: torch)",
+        ),
+        Rule(
+            cel="self.backend != 'megatron' || (self.nodes * self.gpusPerNode) % "
+            "(self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context) "
+            "== 0",
+            message_expression="'nodes × gpusPerNode (' + string(self.nodes * self.gpusPerNode) "
+            "+ ') must be a multiple of tensor × pipeline × context parallel sizes (' + "
+            "string(self.parallelism.tensor * self.parallelism.pipeline * "
+            "self.parallelism.context) + ')'",
+            field_path=".parallelism",
+            check=lambda t: t.backend != TrainerBackend.MEGATRON
+            or (t.nodes * t.gpus_per_node)
+            % (t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context)
+            == 0,
+            message=lambda t: f"nodes × gpusPerNode ({t.nodes * t.gpus_per_node}) must be a "
+            "multiple of tensor × pipeline × context parallel sizes "
+            f"({t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context})",
+        ),
+        Rule(
+            cel="self.checkpoint.intervalSteps <= self.maxSteps",
+            message_expression="'checkpoint.intervalSteps (' + "
+            "string(self.checkpoint.intervalSteps) + ') must not exceed maxSteps (' + "
+            "string(self.maxSteps) + '): no checkpoint would ever be written'",
+            field_path=".checkpoint.intervalSteps",
+            check=lambda t: t.checkpoint.interval_steps <= t.max_steps,
+            message=lambda t: f"checkpoint.intervalSteps ({t.checkpoint.interval_steps}) must "
+            f"not exceed maxSteps ({t.max_steps}): no checkpoint would ever be written",
+        ),
+    )
