@@ -7,12 +7,19 @@ of ``docs/manifest.md``, so the documentation lives on the model.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from agentrl.api.rules import Rule
+
+#: A short string list item (CEL cost estimation needs every string bounded).
+ShortStr = Annotated[str, Field(min_length=1, max_length=256)]
+#: A Kubernetes object name (DNS subdomain).
+ObjectName = Annotated[str, Field(min_length=1, max_length=253)]
+#: A label/annotation key or value, bounded.
+LabelStr = Annotated[str, Field(max_length=317)]
 
 
 class ManifestModel(BaseModel):

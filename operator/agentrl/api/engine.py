@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import LabelStr, ManifestModel, ShortStr
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
@@ -78,7 +78,7 @@ class InferenceSpec(ManifestModel):
         default="amd.com/gpu", pattern=r"^([a-z0-9.-]+/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
     )
     """Extended resource name the engines request (``amd.com/gpu``; ``nvidia.com/gpu``)."""
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    node_selector: dict[LabelStr, LabelStr] = Field(default_factory=dict, max_length=32)
     """Node labels the engines require, e.g. ``amd.com/gpu.product-name: AMD_Instinct_MI355X``."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Tolerations for tainted GPU nodes."""
@@ -94,7 +94,7 @@ class InferenceSpec(ManifestModel):
     """How long model load plus graph capture may take before the pod is restarted (s)."""
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     """The GPU fault watchdog sidecar."""
-    extra_args: list[str] = Field(default_factory=list, max_length=64)
+    extra_args: list[ShortStr] = Field(default_factory=list, max_length=64)
     """Extra ``sglang.launch_server`` flags, appended verbatim. Flags that disable graphs are
     refused."""
 

@@ -108,11 +108,7 @@ class ObjectMeta(ManifestModel):
 
     model_config = {**ManifestModel.model_config, "extra": "allow"}
 
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
-    )
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     """Job name: a DNS label of at most 40 characters (children append suffixes)."""
     namespace: str | None = None
     """Namespace; unset uses the current one."""
@@ -135,6 +131,20 @@ class AgentRLJob(ManifestModel):
     """The job."""
     status: AgentRLJobStatus | None = None
     """Written by the operator."""
+
+    cel_rules = (
+        Rule(
+            cel=f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+            message_expression=f"'metadata.name must be at most {MAX_NAME_LENGTH} characters "
+            "(it is ' + string(self.metadata.name.size()) + '): every child name "
+            "(NAME-engine-<hash>, NAME-checkpoints, ...) must stay a 63-character DNS label'",
+            field_path=".metadata.name",
+            check=lambda j: len(j.metadata.name) <= MAX_NAME_LENGTH,
+            message=lambda j: f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
+            f"(it is {len(j.metadata.name)}): every child name (NAME-engine-<hash>, "
+            "NAME-checkpoints, ...) must stay a 63-character DNS label",
+        ),
+    )
 
     @classmethod
     def from_manifest(cls, obj: dict[str, Any]) -> AgentRLJob:

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import ManifestModel, ObjectName
 from agentrl.api.rules import Rule
 
 
@@ -61,7 +61,7 @@ class DatasetSpec(ManifestModel):
     """Seed of the task order and of the held-out split."""
     max_tasks: int | None = Field(default=None, ge=1, le=1_000_000)
     """Use at most this many tasks (after shuffling); unset uses all."""
-    image_pull_secrets: list[str] = Field(default_factory=list, max_length=16)
+    image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=16)
     """Secrets for pulling task images (sandbox pods and the pre-pull DaemonSet)."""
 
     cel_rules = (

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import LabelStr, ManifestModel, ShortStr
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
@@ -94,7 +94,7 @@ class PrePullSpec(ManifestModel):
 
     enabled: bool = False
     """Run the pre-pull DaemonSet."""
-    images: list[str] = Field(default_factory=list, max_length=10_000)
+    images: list[ShortStr] = Field(default_factory=list, max_length=10_000)
     """Images to pull besides those the dataset names."""
     max_pulls_per_hour: int = Field(default=100, ge=1, le=100_000)
     """Registry pull budget shared by all nodes (Docker Hub: 100/h authenticated)."""
@@ -119,7 +119,7 @@ class SandboxSpec(ManifestModel):
     """Ephemeral storage limit per sandbox."""
     runtime_class_name: str | None = Field(default=None, max_length=253)
     """RuntimeClass of sandbox pods (e.g. ``kata`` or ``gvisor``)."""
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    node_selector: dict[LabelStr, LabelStr] = Field(default_factory=dict, max_length=32)
     """Node labels sandbox pods require."""
     allow_internet: bool = False
     """Let sandboxes reach public addresses (never cluster services, RFC1918 or metadata)."""

@@ -229,14 +229,4 @@ class TrainerSpec(ManifestModel):
             "multiple of tensor × pipeline × context parallel sizes "
             f"({t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context})",
         ),
-        Rule(
-            cel="self.checkpoint.intervalSteps <= self.maxSteps",
-            message_expression="'checkpoint.intervalSteps (' + "
-            "string(self.checkpoint.intervalSteps) + ') must not exceed maxSteps (' + "
-            "string(self.maxSteps) + '): no checkpoint would ever be written'",
-            field_path=".checkpoint.intervalSteps",
-            check=lambda t: t.checkpoint.interval_steps <= t.max_steps,
-            message=lambda t: f"checkpoint.intervalSteps ({t.checkpoint.interval_steps}) must "
-            f"not exceed maxSteps ({t.max_steps}): no checkpoint would ever be written",
-        ),
     )

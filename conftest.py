@@ -1,0 +1,38 @@
+"""Fixtures shared by tests/ and e2e/: a real Kubernetes API for tests that need one.
+
+``cluster`` starts the local control plane once per session (or uses the cluster named by
+``AGENTRL_TEST_KUBECONFIG``); ``namespace`` gives each test its own namespace and deletes it
+afterwards; ``kubectl`` is the real kubectl bound to that namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    with session_cluster() as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: ClusterHandle) -> str:
+    return str(cluster.kubeconfig)
+
+
+@pytest.fixture
+def namespace(cluster: ClusterHandle) -> Iterator[str]:
+    admin = cluster.kubectl()
+    name = admin.create_namespace()
+    yield name
+    admin.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubectl(cluster: ClusterHandle, namespace: str) -> Kubectl:
+    return cluster.kubectl(namespace)

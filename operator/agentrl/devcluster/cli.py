@@ -1,0 +1,163 @@
+"""``agentrl dev``: developer tools, starting with the local control plane.
+
+``agentrl dev cluster up | down | status | env | build``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from agentrl.devcluster import binaries, versions
+from agentrl.devcluster.cluster import DEFAULT_NAME, ClusterError, LocalCluster
+from agentrl.devcluster.processes import PortInUseError
+from agentrl.devcluster.profile import ClusterProfile
+
+
+@click.group()
+def dev() -> None:
+    """Local development tools."""
+
+
+@dev.group()
+def cluster() -> None:
+    """A real Kubernetes control plane on loopback with simulated AMD GPU nodes (kwok).
+
+    kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok, built from
+    pinned upstream Go modules into ~/.cache/agentrl (or taken from KUBEBUILDER_ASSETS).
+    """
+
+
+_name = click.option(
+    "--name", default=DEFAULT_NAME, show_default=True, help="Cluster name (its state directory)."
+)
+_port = click.option(
+    "--port",
+    type=click.IntRange(1024, 65529),
+    default=None,
+    help="Base port: kube-apiserver listens here, the other components on the next 5 ports "
+    "[default: 16443, or the port the cluster was created with].",
+)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@cluster.command()
+@_name
+@_port
+@click.option("--gpu-nodes", type=click.IntRange(0, 1000), default=None,
+              help="Simulated MI355X GPU nodes (8 × amd.com/gpu each) [default: 4].")
+@click.option("--cpu-nodes", type=click.IntRange(0, 1000), default=None,
+              help="Simulated CPU nodes for sandboxes [default: 2].")
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False,
+              path_type=Path), default=None, help="YAML cluster profile (node shapes).")
+@click.option("--timeout", type=click.FloatRange(5, 3600), default=180.0, show_default=True,
+              help="Seconds to wait for each component.")
+def up(name: str, port: int | None, gpu_nodes: int | None, cpu_nodes: int | None,
+       profile_path: Path | None, timeout: float) -> None:
+    """Start the cluster (idempotent: on a running cluster only the nodes are re-applied)."""
+    try:
+        profile = ClusterProfile.load(profile_path) if profile_path else ClusterProfile()
+    except (ValueError, OSError) as exc:
+        _fail(f"--profile {profile_path}: {exc}")
+        return
+    profile = profile.with_counts(gpu_nodes=gpu_nodes, cpu_nodes=cpu_nodes)
+    try:
+        local = LocalCluster(name, port=port)
+        bins = binaries.ensure(echo=True)
+        local.up(profile, bins=bins, echo=lambda m: click.echo(m, err=True), timeout=timeout)
+    except PortInUseError as exc:
+        _fail(str(exc))
+        return
+    except (ClusterError, binaries.BinaryError) as exc:
+        _fail(str(exc))
+        return
+    click.echo(
+        f"\nKubernetes v{versions.KUBERNETES} with {profile.gpu.count} GPU node(s) "
+        f"({profile.gpu.gpus} × {profile.gpu.gpu_resource} each) and {profile.cpu.count} CPU "
+        f"node(s) is running at {local.server}.\n"
+        f"Use it:\n  eval \"$(agentrl dev cluster env{_name_flag(name)})\"\n"
+        f"  kubectl get nodes -L amd.com/gpu.product-name\n"
+        f"Stop it:\n  agentrl dev cluster down{_name_flag(name)}"
+    )
+
+
+def _name_flag(name: str) -> str:
+    return "" if name == DEFAULT_NAME else f" --name {shlex.quote(name)}"
+
+
+@cluster.command()
+@_name
+@click.option("--purge", is_flag=True, help="Also delete the state (etcd data, certificates).")
+def down(name: str, purge: bool) -> None:
+    """Stop every component of the cluster; leaves no process or port behind."""
+    try:
+        local = LocalCluster(name)
+    except ClusterError as exc:
+        _fail(str(exc))
+        return
+    stopped = local.down()
+    if purge:
+        local.delete()
+    click.echo(
+        f"stopped {', '.join(stopped)}" if stopped else f"cluster '{name}' was not running"
+    )
+
+
+@cluster.command()
+@_name
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(name: str, as_json: bool) -> None:
+    """Show whether the cluster runs; exit 0 when the API server is ready, 3 otherwise."""
+    try:
+        report = LocalCluster(name).status()
+    except ClusterError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(f"cluster {report['name']}: "
+                   + ("ready" if report["apiserver_ready"] else "not ready")
+                   + f" ({report['server']})")
+        for comp, pid in report["components"].items():
+            click.echo(f"  {comp:<24} {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
+        click.echo(f"  kubeconfig: {report['kubeconfig']}")
+    sys.exit(0 if report["apiserver_ready"] else 3)
+
+
+@cluster.command()
+@_name
+def env(name: str) -> None:
+    """Print shell exports for the cluster (eval "$(agentrl dev cluster env)")."""
+    try:
+        local = LocalCluster(name)
+        bins = binaries.ensure(build_missing=False, echo=False)
+    except (ClusterError, binaries.BinaryError) as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"export KUBECONFIG={shlex.quote(str(local.kubeconfig))}")
+    path = ":".join(bins.bin_dirs())
+    click.echo(f"export PATH={shlex.quote(path)}:\"$PATH\"")
+
+
+@cluster.command()
+def build() -> None:
+    """Build (or find) the pinned binaries and print where they are."""
+    started = time.monotonic()
+    try:
+        bins = binaries.ensure(echo=True)
+    except binaries.BinaryError as exc:
+        _fail(str(exc))
+        return
+    for field, path in vars(bins).items():
+        click.echo(f"{field.replace('_', '-'):<24} {path}")
+    click.echo(f"ready in {time.monotonic() - started:.1f}s")

@@ -1,0 +1,144 @@
+"""The corpus of invalid manifests: one broken rule each, with the field that must be named.
+
+Shared by the offline tests (``agentrl validate``) and the API-server tests, so both sides are
+held to the same list. Each case is a patch deep-merged into :data:`BASE` (a valid job).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+BASE: dict[str, Any] = {
+    "apiVersion": "agentrl.dev/v1alpha1",
+    "kind": "AgentRLJob",
+    "metadata": {"name": "corpus"},
+    "spec": {
+        "model": {"source": {"path": "/models/Qwen3-8B"}},
+        "inference": {"engines": 2, "contextLength": 32768, "maxRunningRequests": 64},
+        "rollout": {"groupSize": 4, "maxTrajectoryTokens": 32768, "maxTokensPerTurn": 4096},
+        "sandbox": {"concurrency": 32},
+        "trainer": {"nodes": 1, "gpusPerNode": 8, "trajectoriesPerStep": 32},
+    },
+}
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` deep-merged in (a patch value of None deletes the key)."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One invalid manifest."""
+
+    name: str
+    patch: dict[str, Any]
+    field: str
+    """The manifest path both the API server and ``agentrl validate`` must name."""
+
+    def manifest(self) -> dict[str, Any]:
+        return merge(BASE, self.patch)
+
+
+def spec(patch: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": patch}
+
+
+INVALID: list[Case] = [
+    # --- schema: bounds, enums, patterns, required, unknown fields
+    Case("group size below 2", spec({"rollout": {"groupSize": 1}}), "spec.rollout.groupSize"),
+    Case("zero max turns", spec({"rollout": {"maxTurns": 0}}), "spec.rollout.maxTurns"),
+    Case("temperature above 2", spec({"rollout": {"temperature": 2.5}}),
+         "spec.rollout.temperature"),
+    Case("negative concurrency", spec({"sandbox": {"concurrency": -1}}),
+         "spec.sandbox.concurrency"),
+    Case("unknown sandbox provider", spec({"sandbox": {"provider": "docker"}}),
+         "spec.sandbox.provider"),
+    Case("unknown trainer backend", spec({"trainer": {"backend": "fsdp"}}),
+         "spec.trainer.backend"),
+    Case("mem fraction of 1", spec({"inference": {"memFractionStatic": 1.0}}),
+         "spec.inference.memFractionStatic"),
+    Case("context length below 512", spec({"inference": {"contextLength": 100,
+                                                          "maxRunningRequests": 64}}),
+         "spec.inference.contextLength"),
+    Case("more than 8 GPUs per engine", spec({"inference": {"gpusPerEngine": 16}}),
+         "spec.inference.gpusPerEngine"),
+    Case("zero engines", spec({"inference": {"engines": 0}}), "spec.inference.engines"),
+    Case("model without a source", spec({"model": {"source": None, "servedName": "x"}}),
+         "spec.model.source"),
+    Case("empty model path", spec({"model": {"source": {"path": ""}}}),
+         "spec.model.source.path"),
+    Case("unknown loss aggregation", spec({"trainer": {"algorithm": {"lossAggregation": "sum"}}}),
+         "spec.trainer.algorithm.lossAggregation"),
+    Case("unknown zero-variance policy",
+         spec({"trainer": {"algorithm": {"zeroVarianceGroups": "ignore"}}}),
+         "spec.trainer.algorithm.zeroVarianceGroups"),
+    Case("unknown correction mode",
+         spec({"trainer": {"algorithm": {"offPolicyCorrection": {"mode": "mis"}}}}),
+         "spec.trainer.algorithm.offPolicyCorrection.mode"),
+    Case("negative clip", spec({"trainer": {"algorithm": {"clipLow": -0.1}}}),
+         "spec.trainer.algorithm.clipLow"),
+    Case("zero learning rate", spec({"trainer": {"optimizer": {"lr": 0}}}),
+         "spec.trainer.optimizer.lr"),
+    Case("bad cpu quantity", spec({"sandbox": {"cpu": "two"}}), "spec.sandbox.cpu"),
+    Case("bad weight sync mode", spec({"trainer": {"weightSync": {"mode": "nfs"}}}),
+         "spec.trainer.weightSync.mode"),
+    Case("negative staleness", spec({"trainer": {"async": {"maxStaleness": -1}}}),
+         "spec.trainer.async.maxStaleness"),
+    Case("unknown dataset format", spec({"dataset": {"format": "csv"}}), "spec.dataset.format"),
+    Case("held-out fraction of 1", spec({"dataset": {"heldOutFraction": 1.0}}),
+         "spec.dataset.heldOutFraction"),
+    Case("misspelled field", spec({"rollout": {"groupsize": 8}}), "spec.rollout.groupsize"),
+    Case("zero active deadline", spec({"activeDeadlineSeconds": 0}),
+         "spec.activeDeadlineSeconds"),
+    Case("upper-case name", {"metadata": {"name": "Corpus"}}, "metadata.name"),
+    # --- cross-field rules (CEL)
+    Case("trajectories per step not a multiple of the group size",
+         spec({"rollout": {"groupSize": 6}, "trainer": {"trajectoriesPerStep": 32}}),
+         "spec.trainer.trajectoriesPerStep"),
+    Case("trajectory longer than the engine context",
+         spec({"rollout": {"maxTrajectoryTokens": 65536}}), "spec.rollout.maxTrajectoryTokens"),
+    Case("turn longer than the trajectory",
+         spec({"rollout": {"maxTokensPerTurn": 40000}}), "spec.rollout.maxTokensPerTurn"),
+    Case("llm timeout above the episode timeout",
+         spec({"rollout": {"llmTimeoutSeconds": 900, "episodeTimeoutSeconds": 600}}),
+         "spec.rollout.llmTimeoutSeconds"),
+    Case("autoscale min above max",
+         spec({"sandbox": {"autoscale": {"enabled": True, "min": 64, "max": 16}}}),
+         "spec.sandbox.autoscale.min"),
+    Case("concurrency outside the autoscale bounds",
+         spec({"sandbox": {"concurrency": 500, "autoscale": {"enabled": True, "min": 16,
+                                                             "max": 128}}}),
+         "spec.sandbox.concurrency"),
+    Case("e2b provider without e2b settings", spec({"sandbox": {"provider": "e2b"}}),
+         "spec.sandbox.e2b"),
+    Case("graph-disabling extra arg",
+         spec({"inference": {"extraArgs": ["--disable-cuda-graph"]}}),
+         "spec.inference.extraArgs"),
+    Case("graph batch above max running requests",
+         spec({"inference": {"graphs": {"maxBatchSize": 128}}}),
+         "spec.inference.graphs.maxBatchSize"),
+    Case("megatron with zero GPUs", spec({"trainer": {"gpusPerNode": 0}}),
+         "spec.trainer.gpusPerNode"),
+    Case("parallel sizes that do not divide the GPUs",
+         spec({"trainer": {"gpusPerNode": 8, "parallelism": {"tensor": 3}}}),
+         "spec.trainer.parallelism"),
+    Case("importance bounds inverted",
+         spec({"trainer": {"algorithm": {"offPolicyCorrection": {"low": 1.0, "high": 1.0}}}}),
+         "spec.trainer.algorithm.offPolicyCorrection.low"),
+    Case("dataset path missing for swebench", spec({"dataset": {"format": "swebench"}}),
+         "spec.dataset.path"),
+    Case("local sandboxes with the megatron trainer", spec({"sandbox": {"provider": "local"}}),
+         "spec.sandbox.provider"),
+    Case("name too long for child names", {"metadata": {"name": "a" * 41}}, "metadata.name"),
+]
