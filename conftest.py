@@ -36,3 +36,15 @@ def namespace(cluster: ClusterHandle) -> Iterator[str]:
 @pytest.fixture
 def kubectl(cluster: ClusterHandle, namespace: str) -> Kubectl:
     return cluster.kubectl(namespace)
+
+
+@pytest.fixture(scope="session")
+def crd_installed(cluster: ClusterHandle) -> None:
+    """The AgentRLJob CRD from crds/, applied server-side and Established."""
+    from pathlib import Path
+
+    admin = cluster.kubectl()
+    for path in sorted(Path("crds").glob("*.yaml")):
+        admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    admin.run("wait", "--for=condition=Established", "--timeout=60s",
+              "crd/agentrljobs.agentrl.dev")

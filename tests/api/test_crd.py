@@ -67,8 +67,8 @@ def test_every_string_is_bounded_so_cel_cost_stays_within_budget() -> None:
 
 def test_defaults_reach_into_omitted_objects() -> None:
     spec = crd.openapi_schema()["properties"]["spec"]["properties"]
-    # an omitted spec.rollout still gets groupSize 8 because rollout defaults to {}
-    assert spec["rollout"]["default"] == {}
+    # an omitted spec.rollout still gets groupSize 8: rollout defaults to its defaulted object
+    assert spec["rollout"]["default"]["groupSize"] == 8
     assert spec["rollout"]["properties"]["groupSize"]["default"] == 8
     assert spec["sandbox"]["properties"]["concurrency"]["default"] == 16
 

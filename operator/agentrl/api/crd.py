@@ -7,8 +7,8 @@ JSON Schema into a structural OpenAPI v3 schema the API server accepts:
 - ``$ref``\\ s are inlined; titles and examples dropped; descriptions kept (from attribute
   docstrings, so ``kubectl explain`` shows the same words as ``docs/manifest.md``);
 - optional fields (``X | None``) become plain ``X`` (absent means unset);
-- a nested object whose whole value has a default gets ``default: {}``, so the API server
-  applies the defaults inside it even when the user omits the object;
+- a nested object whose whole value has a default gets that whole default (the fully
+  defaulted object), so an omitted object is defaulted and its CEL rules still evaluate;
 - JSON Schema 2020 ``exclusiveMinimum: n`` becomes OpenAPI 3.0 ``minimum: n,
   exclusiveMinimum: true``;
 - each model's :class:`~agentrl.api.rules.Rule`\\ s become ``x-kubernetes-validations``.
@@ -101,23 +101,9 @@ class _Converter:
                 out[key] = value
             else:
                 out[key] = value
-        if out.get("type") == "object" and "properties" in out:
-            self._default_nested_objects(out)
         if "enum" in out and "type" not in out:
             out["type"] = "string"
         return out
-
-    def _default_nested_objects(self, obj: dict[str, Any]) -> None:
-        required = set(obj.get("required", []))
-        for name, prop in obj["properties"].items():
-            if (
-                prop.get("type") == "object"
-                and "properties" in prop
-                and name not in required
-                and "default" not in prop
-                and not prop.get("required")
-            ):
-                prop["default"] = {}
 
 
 def _collection_defaults(cls: type[ManifestModel], schema: dict[str, Any]) -> None:
@@ -131,6 +117,11 @@ def _collection_defaults(cls: type[ManifestModel], schema: dict[str, Any]) -> No
         value = field.default_factory()  # type: ignore[call-arg]
         if isinstance(value, list | dict) and not value:
             props[alias]["default"] = value
+        elif isinstance(value, BaseModel):
+            # the whole defaulted object: the API server checks CEL rules against a default
+            # as written, before defaulting inside it
+            props[alias]["default"] = value.model_dump(mode="json", by_alias=True,
+                                                       exclude_none=True)
 
 
 def clean_description(text: str) -> str:
@@ -143,6 +134,7 @@ def _schema_of(model: type[ManifestModel]) -> dict[str, Any]:
     defs = raw.pop("$defs", {})
     conv = _Converter(defs, _model_classes(model))
     out = conv.convert(raw)
+    _collection_defaults(model, out)
     if model.cel_rules:
         out["x-kubernetes-validations"] = [r.to_crd() for r in model.cel_rules]
     return out

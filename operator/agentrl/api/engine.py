@@ -111,9 +111,9 @@ class InferenceSpec(ManifestModel):
         ),
         Rule(
             cel="!has(self.graphs.maxBatchSize) || self.graphs.maxBatchSize <= self.maxRunningRequests",
-            message_expression="'graphs.maxBatchSize (' + string(self.graphs.maxBatchSize) + "
-            "') must not exceed maxRunningRequests (' + string(self.maxRunningRequests) + "
-            "'): a graph larger than the largest batch is never used'",
+            message_expression="'graphs.maxBatchSize (%d) must not exceed maxRunningRequests "
+            "(%d): a graph larger than the largest batch is never used'"
+            ".format([self.graphs.maxBatchSize, self.maxRunningRequests])",
             field_path=".graphs.maxBatchSize",
             check=lambda s: s.graphs.max_batch_size is None
             or s.graphs.max_batch_size <= s.max_running_requests,

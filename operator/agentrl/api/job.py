@@ -57,10 +57,9 @@ class AgentRLJobSpec(ManifestModel):
     cel_rules = (
         Rule(
             cel="self.trainer.trajectoriesPerStep % self.rollout.groupSize == 0",
-            message_expression="'trainer.trajectoriesPerStep (' + "
-            "string(self.trainer.trajectoriesPerStep) + ') must be a multiple of "
-            "rollout.groupSize (' + string(self.rollout.groupSize) + '): a step trains on "
-            "whole groups'",
+            message_expression="'trainer.trajectoriesPerStep (%d) must be a multiple of "
+            "rollout.groupSize (%d): a step trains on whole groups'"
+            ".format([self.trainer.trajectoriesPerStep, self.rollout.groupSize])",
             field_path=".trainer.trajectoriesPerStep",
             check=lambda s: s.trainer.trajectories_per_step % s.rollout.group_size == 0,
             message=lambda s: f"trainer.trajectoriesPerStep ({s.trainer.trajectories_per_step}) "
@@ -69,10 +68,9 @@ class AgentRLJobSpec(ManifestModel):
         ),
         Rule(
             cel="self.rollout.maxTrajectoryTokens <= self.inference.contextLength",
-            message_expression="'rollout.maxTrajectoryTokens (' + "
-            "string(self.rollout.maxTrajectoryTokens) + ') must not exceed "
-            "inference.contextLength (' + string(self.inference.contextLength) + '): the "
-            "engine cannot hold a longer trajectory'",
+            message_expression="'rollout.maxTrajectoryTokens (%d) must not exceed "
+            "inference.contextLength (%d): the engine cannot hold a longer trajectory'"
+            ".format([self.rollout.maxTrajectoryTokens, self.inference.contextLength])",
             field_path=".rollout.maxTrajectoryTokens",
             check=lambda s: s.rollout.max_trajectory_tokens <= s.inference.context_length,
             message=lambda s: "rollout.maxTrajectoryTokens "
@@ -136,8 +134,8 @@ class AgentRLJob(ManifestModel):
         Rule(
             cel=f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
             message_expression=f"'metadata.name must be at most {MAX_NAME_LENGTH} characters "
-            "(it is ' + string(self.metadata.name.size()) + '): every child name "
-            "(NAME-engine-<hash>, NAME-checkpoints, ...) must stay a 63-character DNS label'",
+            "(it is %d): every child name (NAME-engine-<hash>, NAME-checkpoints, ...) must "
+            "stay a 63-character DNS label'.format([self.metadata.name.size()])",
             field_path=".metadata.name",
             check=lambda j: len(j.metadata.name) <= MAX_NAME_LENGTH,
             message=lambda j: f"metadata.name must be at most {MAX_NAME_LENGTH} characters "

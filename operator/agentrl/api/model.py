@@ -67,8 +67,8 @@ class DatasetSpec(ManifestModel):
     cel_rules = (
         Rule(
             cel="self.format == 'toy' || has(self.path)",
-            message_expression="'path is required when format is ' + self.format + "
-            "': set spec.dataset.path to the JSONL file or task directory'",
+            message_expression="'path is required when format is %s: set spec.dataset.path to "
+            "the JSONL file or task directory'.format([self.format])",
             field_path=".path",
             check=lambda d: d.format == DatasetFormat.TOY or d.path is not None,
             message=lambda d: f"path is required when format is {d.format.value}: "

@@ -80,8 +80,8 @@ class RolloutSpec(ManifestModel):
     cel_rules = (
         Rule(
             cel="self.maxTokensPerTurn <= self.maxTrajectoryTokens",
-            message_expression="'maxTokensPerTurn (' + string(self.maxTokensPerTurn) + "
-            "') must not exceed maxTrajectoryTokens (' + string(self.maxTrajectoryTokens) + ')'",
+            message_expression="'maxTokensPerTurn (%d) must not exceed maxTrajectoryTokens (%d)'"
+            ".format([self.maxTokensPerTurn, self.maxTrajectoryTokens])",
             field_path=".maxTokensPerTurn",
             check=lambda r: r.max_tokens_per_turn <= r.max_trajectory_tokens,
             message=lambda r: f"maxTokensPerTurn ({r.max_tokens_per_turn}) must not exceed "
@@ -89,9 +89,8 @@ class RolloutSpec(ManifestModel):
         ),
         Rule(
             cel="self.llmTimeoutSeconds <= self.episodeTimeoutSeconds",
-            message_expression="'llmTimeoutSeconds (' + string(self.llmTimeoutSeconds) + "
-            "') must not exceed episodeTimeoutSeconds (' + string(self.episodeTimeoutSeconds) "
-            "+ ')'",
+            message_expression="'llmTimeoutSeconds (%d) must not exceed episodeTimeoutSeconds "
+            "(%d)'.format([self.llmTimeoutSeconds, self.episodeTimeoutSeconds])",
             field_path=".llmTimeoutSeconds",
             check=lambda r: r.llm_timeout_seconds <= r.episode_timeout_seconds,
             message=lambda r: f"llmTimeoutSeconds ({r.llm_timeout_seconds}) must not exceed "

@@ -54,8 +54,7 @@ class AutoscaleSpec(ManifestModel):
     cel_rules = (
         Rule(
             cel="self.min <= self.max",
-            message_expression="'min (' + string(self.min) + ') must not exceed max (' + "
-            "string(self.max) + ')'",
+            message_expression="'min (%d) must not exceed max (%d)'.format([self.min, self.max])",
             field_path=".min",
             check=lambda a: a.min <= a.max,
             message=lambda a: f"min ({a.min}) must not exceed max ({a.max})",
@@ -129,7 +128,7 @@ class SandboxSpec(ManifestModel):
     """Sandbox creations per second across the job (protects the API server / provider)."""
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
     """The built-in concurrency autoscaler."""
-    e2b: E2BSpec | None = None
+    e2b: E2BSpec | None = Field(default=None, alias="e2b")
     """E2B settings; required when ``provider`` is ``e2b``."""
     pre_pull: PrePullSpec = Field(default_factory=PrePullSpec)
     """Image pre-pulling on sandbox nodes."""
@@ -148,9 +147,9 @@ class SandboxSpec(ManifestModel):
         Rule(
             cel="!self.autoscale.enabled || "
             "(self.autoscale.min <= self.concurrency && self.concurrency <= self.autoscale.max)",
-            message_expression="'concurrency (' + string(self.concurrency) + ') must lie within "
-            "autoscale [min, max] = [' + string(self.autoscale.min) + ', ' + "
-            "string(self.autoscale.max) + '] while autoscale is enabled'",
+            message_expression="'concurrency (%d) must lie within autoscale [min, max] = "
+            "[%d, %d] while autoscale is enabled'"
+            ".format([self.concurrency, self.autoscale.min, self.autoscale.max])",
             field_path=".concurrency",
             check=lambda s: not s.autoscale.enabled
             or s.autoscale.min <= s.concurrency <= s.autoscale.max,

@@ -216,10 +216,9 @@ class TrainerSpec(ManifestModel):
             cel="self.backend != 'megatron' || (self.nodes * self.gpusPerNode) % "
             "(self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context) "
             "== 0",
-            message_expression="'nodes × gpusPerNode (' + string(self.nodes * self.gpusPerNode) "
-            "+ ') must be a multiple of tensor × pipeline × context parallel sizes (' + "
-            "string(self.parallelism.tensor * self.parallelism.pipeline * "
-            "self.parallelism.context) + ')'",
+            message_expression="'nodes × gpusPerNode (%d) must be a multiple of tensor × "
+            "pipeline × context parallel sizes (%d)'.format([self.nodes * self.gpusPerNode, "
+            "self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context])",
             field_path=".parallelism",
             check=lambda t: t.backend != TrainerBackend.MEGATRON
             or (t.nodes * t.gpus_per_node)

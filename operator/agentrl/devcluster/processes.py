@@ -70,6 +70,9 @@ class ProcessTable:
     def __init__(self, state_dir: Path) -> None:
         self.pid_dir = state_dir / "pids"
         self.log_dir = state_dir / "logs"
+        # processes this object started: between fork and exec /proc shows the parent's
+        # command line, so our own children are checked with poll() instead
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def _pid_file(self, name: str) -> Path:
         return self.pid_dir / f"{name}.pid"
@@ -92,11 +95,17 @@ class ProcessTable:
             env=env,
         )
         log.close()
+        self._children[component.name] = proc
         self._pid_file(component.name).write_text(f"{proc.pid}\n{component.argv[0]}\n")
         return proc.pid
 
     def pid(self, name: str) -> int | None:
         """The live pid of ``name``, or None (no file, dead process, or pid reused)."""
+        child = self._children.get(name)
+        if child is not None:
+            if child.poll() is None and self._pid_file(name).exists():
+                return child.pid
+            return None
         path = self._pid_file(name)
         try:
             pid_text, binary = path.read_text().splitlines()[:2]
@@ -122,13 +131,14 @@ class ProcessTable:
         """Stop ``name`` (SIGTERM to its group, then SIGKILL); True if it was running."""
         pid = self.pid(name)
         self._pid_file(name).unlink(missing_ok=True)
+        child = self._children.pop(name, None)
         if pid is None:
             return False
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _alive(pid):
+            if (child.poll() is not None) if child else not _alive(pid):
                 return True
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):

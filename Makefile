@@ -1,0 +1,56 @@
+# agentrl: every entry point a developer or CI uses. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+EXTRAS ?= local,dev
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: install
+install: ## Install agentrl with the local-run and developer extras (editable)
+	$(PIP) install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
+
+.PHONY: run
+run: install ## Install, then train the quickstart job on this machine (agentrl run)
+	agentrl run examples/quickstart.yaml
+
+.PHONY: test
+test: install ## Run every test: lint, unit, API server, e2e (builds the control plane once)
+	bash scripts/test.sh
+
+.PHONY: lint
+lint: ## ruff and the import-layer contracts
+	ruff check operator tests e2e bench
+	lint-imports
+
+.PHONY: typecheck
+typecheck: ## mypy --strict on the API and the pure reconcile layer
+	mypy
+
+.PHONY: crds
+crds: ## Regenerate crds/ and the chart's CRD template from the models
+	agentrl crds --write crds/
+
+.PHONY: docs
+docs: ## Regenerate docs/manifest.md from the models
+	agentrl docs --write docs/manifest.md
+
+.PHONY: cluster
+cluster: ## Start the local control plane (kube-apiserver, etcd, kcm, scheduler, kwok)
+	agentrl dev cluster up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local control plane
+	agentrl dev cluster down
+
+.PHONY: bench
+bench: ## Run the benchmarks (prints JSON figures)
+	$(PYTHON) bench/run_all.py
+
+.PHONY: images
+images: ## Build the container images (needs a Docker engine)
+	$(MAKE) -C images all
