@@ -86,3 +86,7 @@ def main() -> None:
     The same AgentRLJob manifest runs on a cluster (kubectl apply, with the operator
     installed by the Helm chart) and on this machine (agentrl run).
     """
+
+
+if __name__ == "__main__":
+    main()

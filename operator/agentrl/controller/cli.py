@@ -1,0 +1,72 @@
+"""``agentrl operator``: run the operator against the current kubeconfig (or in-cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+from agentrl.controller.settings import OperatorSettings
+from agentrl.reconcile.context import Images
+
+
+@click.command()
+@click.option("--namespace", "namespaces", multiple=True,
+              help="Watch this namespace (repeatable). None: every namespace.")
+@click.option("--standalone/--peering", "standalone", default=True, show_default=True,
+              help="Run alone, or coordinate with standby replicas through kopf peering.")
+@click.option("--peering-name", default="agentrl", show_default=True,
+              help="Peering object name when --peering.")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Jobs reconciled concurrently.")
+@click.option("--resync-seconds", type=click.FloatRange(1, 86400), default=60.0,
+              show_default=True, help="Reconcile every job at least this often.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Prometheus /metrics port (0 disables).")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=8081, show_default=True,
+              help="Liveness endpoint port, /healthz (0 disables).")
+@click.option("--rollout-image", default=None, help="Rollout worker image [default: the "
+              "trainer image of each job].")
+@click.option("--watchdog-image", default=None, help="Engine watchdog image [default: the "
+              "engine image of each job].")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Log format (json for log collectors).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info",
+              show_default=True)
+def operator(namespaces: tuple[str, ...], standalone: bool, peering_name: str, workers: int,
+             resync_seconds: float, metrics_port: int, health_port: int,
+             rollout_image: str | None, watchdog_image: str | None, log_format: str,
+             log_level: str) -> None:
+    """Run the AgentRLJob operator (kopf) until interrupted."""
+    import kopf
+
+    from agentrl.controller.handlers import register
+
+    kopf.configure(
+        verbose=log_level == "debug",
+        debug=False,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
+    )
+    logging.getLogger().setLevel(log_level.upper())
+    # one line per HTTP request is noise at info level; the request counter has the figures
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = OperatorSettings(
+        namespaces=tuple(namespaces),
+        images=Images(rollout=rollout_image, watchdog=watchdog_image),
+        workers=workers,
+        resync_seconds=resync_seconds,
+        metrics_port=metrics_port,
+    )
+    registry, _ = register(settings)
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            standalone=standalone,
+            peering_name=None if standalone else peering_name,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+        )
+    )

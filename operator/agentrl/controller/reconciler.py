@@ -1,0 +1,185 @@
+"""One reconcile of one AgentRLJob: observe → plan (pure) → act → write status once.
+
+Order of actions, and why:
+
+1. read the job and its children (StatefulSet, trainer Job, rollout Deployment, the job's pods);
+2. :func:`agentrl.reconcile.plan.plan` decides everything without I/O;
+3. server-side apply each child whose built object changed since this operator last applied it
+   (every child on the periodic resync, and after a child is deleted behind our back), so a
+   quiet job costs reads and no writes;
+4. write the status — only when it changed — in one merge patch;
+5. delete what the plan says (a failed trainer attempt) *after* the status write, so the restart
+   is counted before its evidence goes;
+6. post events only once the status write succeeded (a failed write retries the whole
+   reconcile, and the events with it, never twice).
+
+A job the models refuse (possible only if the CRD in the cluster is older than the operator)
+gets Ready=False/InvalidSpec with the validation message, and nothing is applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from agentrl.api import AgentRLJob, ConditionType, Reason
+from agentrl.api import validation as api_validation
+from agentrl.controller import metrics
+from agentrl.controller.kube import KubeAPI
+from agentrl.controller.settings import OperatorSettings
+from agentrl.controller.workqueue import Key
+from agentrl.reconcile import labels, names
+from agentrl.reconcile.context import BuildContext
+from agentrl.reconcile.observed import observe
+from agentrl.reconcile.plan import Plan, plan
+from agentrl.reconcile.status import format_time, status_body
+
+log = logging.getLogger("agentrl.operator")
+
+
+def _digest(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+class ConditionTally:
+    """Each job's last conditions, summed into ``agentrl_jobs_by_condition``."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[Key, dict[str, str]] = {}
+
+    def update(self, key: Key, conditions: dict[str, str]) -> None:
+        self._jobs[key] = conditions
+        self._publish()
+
+    def forget(self, key: Key) -> None:
+        if self._jobs.pop(key, None) is not None:
+            self._publish()
+
+    def _publish(self) -> None:
+        counts: dict[tuple[str, str], int] = {
+            (t.value, s): 0 for t in ConditionType for s in ("True", "False", "Unknown")
+        }
+        for conditions in self._jobs.values():
+            for type_, status in conditions.items():
+                counts[(type_, status)] = counts.get((type_, status), 0) + 1
+        for (type_, status), n in counts.items():
+            metrics.JOBS_BY_CONDITION.labels(condition=type_, status=status).set(n)
+
+
+class Reconciler:
+    """Reconciles jobs by key; one instance per operator, shared by the workers."""
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        settings: OperatorSettings,
+        *,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.now = now or (lambda: datetime.now(UTC))  # injectable for tests
+        self.tally = ConditionTally()
+        self._applied: dict[Key, dict[tuple[str, str], str]] = {}
+
+    def forget_applied(self, key: Key) -> None:
+        """Re-apply every child of ``key`` on its next reconcile (a child was deleted, or it is
+        the periodic resync)."""
+        self._applied.pop(key, None)
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Reconcile one job; returns seconds after which to look again (None: on events)."""
+        started = time.monotonic()
+        try:
+            body = await self.api.get_job(key.namespace, key.name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                self.tally.forget(key)
+                self._applied.pop(key, None)
+                metrics.RECONCILES.labels(result="gone").inc()
+                return None
+            job, errors = api_validation.validate_document(body)
+            if job is None:
+                await self._refuse(key, body, [f"{e.path}: {e.message}" for e in errors])
+                return None
+            result = await self._reconcile_valid(key, body, job)
+            metrics.RECONCILES.labels(result="ok").inc()
+            return result
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    async def _observe(self, job: AgentRLJob, namespace: str) -> Any:
+        name = job.metadata.name
+        statefulset = await self.api.get_child("StatefulSet", namespace, names.engine(name))
+        trainer_job = await self.api.get_child("Job", namespace, names.trainer(name))
+        deployment = await self.api.get_child("Deployment", namespace, names.rollout(name))
+        pods = await self.api.list_pods(namespace, labels.job_selector(job))
+        return observe(
+            statefulset=statefulset, trainer_job=trainer_job, deployment=deployment, pods=pods
+        )
+
+    async def _reconcile_valid(
+        self, key: Key, body: dict[str, Any], job: AgentRLJob
+    ) -> float | None:
+        ctx = BuildContext.for_job(job, images=self.settings.images, namespace=key.namespace)
+        observed = await self._observe(job, key.namespace)
+        decided: Plan = plan(
+            job, ctx, observed, generation=int(body["metadata"].get("generation", 0)),
+            now=self.now(),
+        )
+        if decided.delete_job:
+            log.info("deleting %s: ttlSecondsAfterFinished has passed", key)
+            await self.api.delete_job(key.namespace, key.name)
+            self.tally.forget(key)
+            return None
+        await self._apply_children(key, decided.children)
+        if decided.write_status:
+            await self.api.patch_status(key.namespace, key.name, status_body(decided.status))
+            metrics.STATUS_WRITES.inc()
+        for ref in decided.delete:
+            await self.api.delete(ref)
+            self._applied.get(key, {}).pop((ref.kind, ref.name), None)
+        for event in decided.events:
+            await self.api.post_event(body, type_=event.type, reason=event.reason,
+                                      message=event.message)
+        self.tally.update(key, {c.type: c.status for c in decided.status.conditions})
+        return decided.requeue_after_seconds
+
+    async def _apply_children(self, key: Key, children: list[dict[str, Any]]) -> None:
+        applied = self._applied.setdefault(key, {})
+        for child in children:
+            ident = (child["kind"], child["metadata"]["name"])
+            digest = _digest(child)
+            if applied.get(ident) == digest:
+                continue
+            await self.api.apply(child)
+            applied[ident] = digest
+
+    async def _refuse(self, key: Key, body: dict[str, Any], problems: list[str]) -> None:
+        """Ready=False/InvalidSpec with the problems; nothing is applied."""
+        metrics.RECONCILES.labels(result="invalid").inc()
+        message = "; ".join(problems)[:2000]
+        previous = body.get("status") or {}
+        conditions = [c for c in previous.get("conditions", []) if c.get("type") != "Ready"]
+        old = next((c for c in previous.get("conditions", []) if c.get("type") == "Ready"), None)
+        if old and old.get("reason") == Reason.INVALID_SPEC.value and old.get("message") == message:
+            return
+        ready = {
+            "type": ConditionType.READY.value,
+            "status": "False",
+            "reason": Reason.INVALID_SPEC.value,
+            "message": message,
+            "observedGeneration": body["metadata"].get("generation"),
+            "lastTransitionTime": format_time(self.now()),
+        }
+        await self.api.patch_status(
+            key.namespace, key.name,
+            {"conditions": [ready, *conditions], "readyReason": Reason.INVALID_SPEC.value},
+        )
+        await self.api.post_event(body, type_="Warning", reason=Reason.INVALID_SPEC.value,
+                                  message=message)
+        log.warning("%s refused: %s", key, message)

@@ -1,0 +1,28 @@
+"""What the operator runs with; set from ``agentrl operator`` flags (and the Helm chart)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentrl.reconcile.context import Images
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorSettings:
+    """Operator-wide settings (per-job settings live in the AgentRLJob spec)."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty watches all of them (cluster-wide)."""
+    images: Images = field(default_factory=Images)
+    """Images the spec does not name (rollout workers, watchdog)."""
+    workers: int = 8
+    """Jobs reconciled concurrently. Each job is reconciled by one worker at a time."""
+    resync_seconds: float = 60.0
+    """Every job is reconciled at least this often, besides watch events (status freshness,
+    deadlines the requeue missed)."""
+    metrics_port: int = 8080
+    """Port of the Prometheus endpoint (/metrics); 0 disables it."""
+    retry_base_seconds: float = 1.0
+    """First delay after a failed reconcile; doubles per consecutive failure of that job."""
+    retry_max_seconds: float = 300.0
+    """Longest delay between retries of a failing job."""

@@ -1,0 +1,467 @@
+"""The one HTTP client of SGLang engines: rollout workers, the trainer's weight sync and the
+watchdog all talk to engines through :class:`EngineClient`.
+
+It speaks the subset of SGLang's HTTP API the runtime uses (``docs/design/toy-agent-contract.md``)
+with SGLang's documented request and response shapes, so the same client drives a real SGLang
+server on a GPU and ``agentrl engine serve-tiny`` on a laptop. The request/response types are
+pydantic models; nothing untyped crosses this module's boundary.
+
+No hidden caps: the aiohttp connection pool has exactly ``max_connections`` slots (aiohttp's
+default of 100 is never used), the caller derives that number from the manifest with
+:func:`connection_pool_size`, and the size is exported as ``agentrl_engine_client_pool_size``.
+
+Errors are grouped by what the caller does next::
+
+    EngineError
+    ├── EngineUnavailable      connection refused/reset, 5xx, timeout: an infra error, retry
+    │   └── EngineTimeout      the request outlived its timeout
+    └── EngineRequestError     4xx: the request itself is wrong; retrying will not help
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+from prometheus_client import Gauge
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentrl.api import AgentRLJobSpec
+
+POOL_SIZE = Gauge(
+    "agentrl_engine_client_pool_size",
+    "Connection slots of an engine client's HTTP pool (derived from the spec).",
+    ["engine"],
+)
+IN_FLIGHT = Gauge(
+    "agentrl_engine_client_in_flight",
+    "Requests an engine client has in flight.",
+    ["engine"],
+)
+
+#: Connections kept for control traffic (health probes, weight updates, metrics scrapes) on top
+#: of the generation slots, so a probe never queues behind a full pool of generations.
+CONTROL_CONNECTIONS = 4
+
+
+def connection_pool_size(spec: AgentRLJobSpec) -> int:
+    """Connections one client needs towards one engine.
+
+    Every in-flight episode has at most one LLM call open, and episodes are spread over the
+    engines, but any engine may get all of them while the others restart. So one engine's pool
+    is sized for the whole sandbox concurrency, capped by what the engine decodes at once plus
+    what it may queue (another ``maxRunningRequests``: beyond that a request just waits in our
+    pool instead of the engine's queue), plus :data:`CONTROL_CONNECTIONS`.
+    """
+    generation = min(spec.sandbox.concurrency, 2 * spec.inference.max_running_requests)
+    return max(generation, 1) + CONTROL_CONNECTIONS
+
+
+# ---------------------------------------------------------------------------------------------
+# Request and response shapes (SGLang's documented ones)
+
+
+class SamplingParams(BaseModel):
+    """``sampling_params`` of ``/generate``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_new_tokens: int = Field(default=128, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: list[str] | None = None
+
+
+class GenerateRequest(BaseModel):
+    """Body of ``POST /generate`` with token ids in (TITO: tokens in, tokens out)."""
+
+    input_ids: list[int]
+    sampling_params: SamplingParams = Field(default_factory=SamplingParams)
+    return_logprob: bool = True
+    rid: str | None = None
+
+
+class FinishReason(BaseModel):
+    """``meta_info.finish_reason``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["stop", "length", "abort"]
+    matched: int | str | None = None
+    message: str | None = None
+
+
+class MetaInfo(BaseModel):
+    """``meta_info`` of a ``/generate`` response."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = ""
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    output_token_logprobs: list[tuple[float, int, str | None]] = Field(default_factory=list)
+    weight_version: str | None = None
+
+    @field_validator("weight_version", mode="before")
+    @classmethod
+    def _as_str(cls, value: Any) -> Any:
+        return None if value is None else str(value)
+
+
+class GenerateResponse(BaseModel):
+    """A ``/generate`` response."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str = ""
+    output_ids: list[int] = Field(default_factory=list)
+    meta_info: MetaInfo = Field(default_factory=MetaInfo)
+
+    @property
+    def logprobs(self) -> list[float]:
+        """The engine's logprob of each generated token, in order."""
+        return [lp for lp, _, _ in self.meta_info.output_token_logprobs]
+
+    @property
+    def finish_type(self) -> str:
+        """``stop``, ``length`` or ``abort`` (``abort`` when the engine said nothing)."""
+        fr = self.meta_info.finish_reason
+        return fr.type if fr is not None else "abort"
+
+
+class ModelInfo(BaseModel):
+    """``GET /get_model_info``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_path: str
+    tokenizer_path: str | None = None
+    is_generation: bool = True
+    weight_version: str | None = None
+
+    @field_validator("weight_version", mode="before")
+    @classmethod
+    def _as_str(cls, value: Any) -> Any:
+        return None if value is None else str(value)
+
+
+class UpdateWeightsResult(BaseModel):
+    """Response of the weight-update endpoints."""
+
+    model_config = ConfigDict(extra="allow")
+
+    success: bool
+    message: str = ""
+
+
+class EngineMetrics(BaseModel):
+    """The ``sglang:`` gauges and counters the runtime reads from ``/metrics`` (summed over
+    label sets; absent ones stay ``None``)."""
+
+    num_running_reqs: float | None = None
+    num_queue_reqs: float | None = None
+    token_usage: float | None = None
+    gen_throughput: float | None = None
+    num_used_tokens: float | None = None
+    max_total_num_tokens: float | None = None
+    cache_hit_rate: float | None = None
+    num_retracted_reqs: float | None = None
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+
+
+def parse_metrics(text: str) -> EngineMetrics:
+    """Read SGLang's Prometheus text into :class:`EngineMetrics`."""
+    wanted = set(EngineMetrics.model_fields)
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removeprefix("sglang:")
+            if sample.name.startswith("sglang:") and name in wanted:
+                values[name] = values.get(name, 0.0) + float(sample.value)
+    return EngineMetrics(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class EngineError(Exception):
+    """Base of every engine client error; ``url`` names the engine."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class EngineUnavailable(EngineError):
+    """The engine could not answer (down, restarting, overloaded): an infra error, retryable."""
+
+
+class EngineTimeout(EngineUnavailable):
+    """The request took longer than its timeout."""
+
+
+class EngineRequestError(EngineError):
+    """The engine rejected the request (4xx): retrying the same request will not help."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+class EngineClient:
+    """Async client of one engine. Use as ``async with EngineClient(url, max_connections=n)``.
+
+    Args:
+        base_url: ``http://host:port`` of the engine.
+        max_connections: HTTP pool size; derive it with :func:`connection_pool_size`.
+        timeout_seconds: default limit of one request (``rollout.llmTimeoutSeconds`` for
+            generation; control calls pass their own).
+        api_key: sent as a bearer token when the engine was started with ``--api-key``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int,
+        timeout_seconds: float = 600.0,
+        api_key: str | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.max_connections = max_connections
+        self.timeout_seconds = timeout_seconds
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session: aiohttp.ClientSession | None = None
+        POOL_SIZE.labels(engine=self.base_url).set(max_connections)
+
+    async def __aenter__(self) -> Self:
+        self._ensure_session()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # limit and limit_per_host both set: aiohttp's defaults (100 / unlimited) are caps
+            # nobody chose.
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=self.max_connections
+            )
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self._session
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        expect_json: bool = True,
+    ) -> Any:
+        session = self._ensure_session()
+        url = self.base_url + path
+        limit = aiohttp.ClientTimeout(total=timeout or self.timeout_seconds)
+        gauge = IN_FLIGHT.labels(engine=self.base_url)
+        gauge.inc()
+        try:
+            async with session.request(method, url, json=json, timeout=limit) as resp:
+                body = await resp.text()
+                if resp.status >= 500:
+                    raise EngineUnavailable(
+                        f"{method} {url}: HTTP {resp.status}: {body[:200]}",
+                        url=url,
+                        status=resp.status,
+                    )
+                if resp.status >= 400:
+                    raise EngineRequestError(
+                        f"{method} {url}: HTTP {resp.status}: {body[:200]}",
+                        url=url,
+                        status=resp.status,
+                    )
+                if not expect_json:
+                    return body
+                try:
+                    return await resp.json(content_type=None)
+                except ValueError as exc:
+                    raise EngineUnavailable(
+                        f"{method} {url}: response is not JSON: {body[:200]}", url=url
+                    ) from exc
+        except TimeoutError as exc:
+            raise EngineTimeout(
+                f"{method} {url}: no answer within {limit.total:g}s", url=url
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise EngineUnavailable(f"{method} {url}: {exc}", url=url) from exc
+        finally:
+            gauge.dec()
+
+    # -- generation --------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: SamplingParams,
+        *,
+        rid: str | None = None,
+        timeout: float | None = None,
+    ) -> GenerateResponse:
+        """``POST /generate`` with token ids, returning output ids and their logprobs."""
+        body = GenerateRequest(
+            input_ids=list(input_ids), sampling_params=sampling_params, rid=rid
+        ).model_dump(exclude_none=True)
+        data = await self._request("POST", "/generate", json=body, timeout=timeout)
+        if isinstance(data, list):  # SGLang answers a batch with a list; we send one
+            data = data[0]
+        return GenerateResponse.model_validate(data)
+
+    # -- health and info ---------------------------------------------------------------------
+
+    async def health(self, *, timeout: float = 10.0) -> bool:
+        """``GET /health``: the server process answers (cheap; says nothing about the GPU)."""
+        try:
+            await self._request("GET", "/health", timeout=timeout, expect_json=False)
+        except EngineError:
+            return False
+        return True
+
+    async def health_generate(self, *, timeout: float = 60.0) -> bool:
+        """``GET /health_generate``: the engine can still generate a token (the deep probe)."""
+        try:
+            await self._request("GET", "/health_generate", timeout=timeout, expect_json=False)
+        except EngineError:
+            return False
+        return True
+
+    async def get_model_info(self, *, timeout: float = 30.0) -> ModelInfo:
+        """``GET /get_model_info``: model path, tokenizer, served weight version."""
+        return ModelInfo.model_validate(
+            await self._request("GET", "/get_model_info", timeout=timeout)
+        )
+
+    async def metrics(self, *, timeout: float = 10.0) -> EngineMetrics:
+        """``GET /metrics`` parsed into :class:`EngineMetrics`."""
+        text = await self._request("GET", "/metrics", timeout=timeout, expect_json=False)
+        return parse_metrics(text)
+
+    # -- weights -----------------------------------------------------------------------------
+
+    async def update_weights_from_disk(
+        self,
+        model_path: str,
+        *,
+        weight_version: str | None = None,
+        load_format: str | None = None,
+        timeout: float = 600.0,
+    ) -> UpdateWeightsResult:
+        """``POST /update_weights_from_disk``: load new weights from a path the engine sees."""
+        body: dict[str, Any] = {"model_path": model_path}
+        if weight_version is not None:
+            body["weight_version"] = weight_version
+        if load_format is not None:
+            body["load_format"] = load_format
+        result = UpdateWeightsResult.model_validate(
+            await self._request("POST", "/update_weights_from_disk", json=body, timeout=timeout)
+        )
+        return result
+
+    async def init_weights_update_group(
+        self,
+        *,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str,
+        timeout: float = 600.0,
+    ) -> UpdateWeightsResult:
+        """``POST /init_weights_update_group``: join the trainer's broadcast group."""
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
+        }
+        return UpdateWeightsResult.model_validate(
+            await self._request("POST", "/init_weights_update_group", json=body, timeout=timeout)
+        )
+
+    async def update_weights_from_distributed(
+        self,
+        *,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        group_name: str,
+        weight_version: str | None = None,
+        timeout: float = 600.0,
+    ) -> UpdateWeightsResult:
+        """``POST /update_weights_from_distributed``: receive the named tensors by broadcast."""
+        body: dict[str, Any] = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+        }
+        if weight_version is not None:
+            body["weight_version"] = weight_version
+        return UpdateWeightsResult.model_validate(
+            await self._request(
+                "POST", "/update_weights_from_distributed", json=body, timeout=timeout
+            )
+        )
+
+    async def flush_cache(self, *, timeout: float = 60.0) -> None:
+        """``POST /flush_cache``: drop the prefix cache (stale after a weight update)."""
+        await self._request("POST", "/flush_cache", timeout=timeout, expect_json=False)
+
+    async def pause_generation(
+        self, *, mode: Literal["abort", "retract", "in_place"] = "retract", timeout: float = 60.0
+    ) -> None:
+        """``POST /pause_generation``: hold decoding while weights change."""
+        await self._request(
+            "POST", "/pause_generation", json={"mode": mode}, timeout=timeout, expect_json=False
+        )
+
+    async def continue_generation(self, *, timeout: float = 60.0) -> None:
+        """``POST /continue_generation``: resume after :meth:`pause_generation`."""
+        await self._request(
+            "POST", "/continue_generation", json={}, timeout=timeout, expect_json=False
+        )
+
+    async def wait_healthy(self, *, deadline_seconds: float, interval: float = 0.2) -> None:
+        """Poll ``/health`` until it answers or ``deadline_seconds`` pass (then raise)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_seconds
+        while loop.time() < end:
+            if await self.health(timeout=max(interval, 1.0)):
+                return
+            await asyncio.sleep(interval)
+        raise EngineUnavailable(
+            f"{self.base_url} not healthy within {deadline_seconds:g}s", url=self.base_url
+        )

@@ -1,0 +1,565 @@
+"""``agentrl engine serve-tiny``: the tiny torch policy behind SGLang's HTTP API, on a CPU.
+
+It is the engine of ``agentrl run`` and of the runtime's tests: rollout workers generate through
+it, the trainer pushes weights into it, the watchdog probes it. It serves the subset of SGLang's
+API listed in ``docs/design/toy-agent-contract.md`` with SGLang's shapes, so everything above it
+runs unchanged against a real SGLang server.
+
+Like SGLang it batches: a scheduler task decodes one token for every running request per step,
+admits at most ``--max-running-requests`` at once (the rest wait in a queue, visible as
+``sglang:num_queue_reqs``) and refuses prompts longer than ``--context-length``.
+
+Fault injection, for the watchdog's tests and ``agentrl run --chaos``: after
+``--fault-after-requests N`` answered ``/generate`` requests the engine writes ``--fault-line``
+verbatim to stderr and ``--log-file`` and then, by ``--fault-mode``:
+
+* ``crash`` exits with a non-zero status (what a HIP memory fault does to SGLang);
+* ``hang`` stops answering HTTP on every route (a wedged server);
+* ``stall`` keeps answering ``/health`` and ``/metrics`` — which report running requests — but
+  generates no token (a dead inference thread behind a live HTTP server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import torch
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from agentrl.engine import tiny
+from agentrl.engine.client import GenerateRequest
+from agentrl.engine.tokenizer import TOKENIZER_NAME, get_tokenizer
+
+log = logging.getLogger("agentrl.engine.tiny")
+
+FaultMode = Literal["crash", "hang", "stall"]
+
+
+class FaultPlan:
+    """When and how the engine breaks (all optional; no fault by default)."""
+
+    def __init__(
+        self, *, line: str | None, after_requests: int | None, mode: FaultMode | None
+    ) -> None:
+        self.line = line
+        self.after_requests = after_requests
+        self.mode: FaultMode | None = mode
+        self.fired = False
+
+    @property
+    def armed(self) -> bool:
+        return self.mode is not None and self.after_requests is not None and not self.fired
+
+
+@dataclass
+class _Running:
+    """One request being decoded."""
+
+    rid: str
+    ids: list[int]
+    prompt_len: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    scanner: tiny.ContextScanner
+    done: asyncio.Future[dict[str, Any]]
+    logprobs: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+
+class TinyEngine:
+    """The serving state: model, scheduler, counters, fault plan."""
+
+    def __init__(
+        self,
+        model: tiny.TinyPolicy,
+        *,
+        model_path: str,
+        served_model_name: str = "policy",
+        weight_version: str = "0",
+        context_length: int = 4096,
+        max_running_requests: int = 64,
+        max_total_tokens: int | None = None,
+        seed: int = 0,
+        fault: FaultPlan | None = None,
+        log_file: Path | None = None,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = get_tokenizer()
+        self.model_path = model_path
+        self.served_model_name = served_model_name
+        self.weight_version = weight_version
+        self.context_length = context_length
+        self.max_running_requests = max_running_requests
+        self.max_total_tokens = max_total_tokens or context_length * max_running_requests
+        self.generator = torch.Generator().manual_seed(seed)
+        self.fault = fault or FaultPlan(line=None, after_requests=None, mode=None)
+        self.log_file = log_file
+        self.queue: list[_Running] = []
+        self.running: list[_Running] = []
+        self.paused = False
+        self.hung = asyncio.Event()  # set: never; awaited forever by a hung server
+        self.stalled = False
+        self.answered = 0
+        self._wake = asyncio.Event()
+        self._rid = itertools.count()
+        self._recent: list[tuple[float, int]] = []  # (time, tokens) of recent decode steps
+        self._scheduler: asyncio.Task[None] | None = None
+        self._hanging = False
+        self._init_metrics()
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def _init_metrics(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"sglang:{name}", doc, labels, registry=self.registry)
+
+        self.g_running = gauge("num_running_reqs", "Running requests.")
+        self.g_queue = gauge("num_queue_reqs", "Queued requests.")
+        self.g_usage = gauge("token_usage", "Share of the token pool in use.")
+        self.g_used = gauge("num_used_tokens", "Tokens held by running requests.")
+        self.g_max = gauge("max_total_num_tokens", "Size of the token pool.")
+        self.g_throughput = gauge("gen_throughput", "Generated tokens per second (last 5 s).")
+        self.g_cache = gauge("cache_hit_rate", "Prefix cache hit rate (no cache: 0).")
+        self.c_gen = Counter(
+            "sglang:generation_tokens", "Generated tokens.", labels, registry=self.registry
+        )
+        self.c_prompt = Counter(
+            "sglang:prompt_tokens", "Prompt tokens.", labels, registry=self.registry
+        )
+        self.c_requests = Counter(
+            "sglang:num_requests", "Finished requests.", labels, registry=self.registry
+        )
+        self.g_max.labels(self.served_model_name).set(self.max_total_tokens)
+        self.g_cache.labels(self.served_model_name).set(0.0)
+
+    def render_metrics(self) -> bytes:
+        name = self.served_model_name
+        now = time.monotonic()
+        self._recent = [(t, n) for t, n in self._recent if now - t <= 5.0]
+        used = sum(len(r.ids) for r in self.running)
+        self.g_running.labels(name).set(len(self.running))
+        self.g_queue.labels(name).set(len(self.queue))
+        self.g_used.labels(name).set(used)
+        self.g_usage.labels(name).set(used / self.max_total_tokens)
+        self.g_throughput.labels(name).set(sum(n for _, n in self._recent) / 5.0)
+        return generate_latest(self.registry)
+
+    # -- logging and faults ------------------------------------------------------------------
+
+    def write_line(self, line: str) -> None:
+        """Write one line verbatim to stderr and the log file (the watchdog reads both)."""
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        if self.log_file is not None:
+            with self.log_file.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+
+    def maybe_fault(self) -> None:
+        """Fire the planned fault once its request count is reached."""
+        if not self.fault.armed or self.answered < (self.fault.after_requests or 0):
+            return
+        self.fault.fired = True
+        if self.fault.line is not None:
+            self.write_line(self.fault.line)
+        if self.fault.mode == "crash":
+            logging.shutdown()
+            os._exit(1)
+        elif self.fault.mode == "hang":
+            self._hanging = True
+        elif self.fault.mode == "stall":
+            self.stalled = True
+
+    async def guard(self) -> None:
+        """Await forever when the server is hung (every route calls this first)."""
+        if self._hanging:
+            await self.hung.wait()
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.maybe_fault()  # --fault-after-requests 0 fires at start-up
+        self._scheduler = asyncio.get_running_loop().create_task(self._schedule())
+
+    async def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            await asyncio.gather(self._scheduler, return_exceptions=True)
+        for req in self.queue + self.running:
+            if not req.done.done():
+                req.done.cancel()
+
+    def submit(self, request: GenerateRequest) -> _Running:
+        """Queue a request; its future resolves to SGLang's response body."""
+        ids = list(request.input_ids)
+        if not ids:
+            raise web.HTTPBadRequest(text="input_ids is empty")
+        if any(not 0 <= i < self.tokenizer.vocab_size for i in ids):
+            raise web.HTTPBadRequest(text=f"input_ids outside the vocabulary [0, {self.tokenizer.vocab_size})")
+        if len(ids) >= self.context_length:
+            raise web.HTTPBadRequest(
+                text=f"The input ({len(ids)} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens)."
+            )
+        sp = request.sampling_params
+        scanner = tiny.ContextScanner(self.tokenizer)
+        for pos, token in enumerate(ids):
+            scanner.push(pos, token)
+        req = _Running(
+            rid=request.rid or uuid.uuid4().hex,
+            ids=ids,
+            prompt_len=len(ids),
+            # SGLang trims max_new_tokens to what fits the context.
+            max_new_tokens=min(sp.max_new_tokens, self.context_length - len(ids)),
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            stop=list(sp.stop or []),
+            scanner=scanner,
+            done=asyncio.get_running_loop().create_future(),
+        )
+        self.c_prompt.labels(self.served_model_name).inc(len(ids))
+        self.queue.append(req)
+        self._wake.set()
+        return req
+
+    async def _schedule(self) -> None:
+        while True:
+            if self.paused or self.stalled or not (self.queue or self.running):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            while self.queue and len(self.running) < self.max_running_requests:
+                self.running.append(self.queue.pop(0))
+            finished_now = [r for r in self.running if r.max_new_tokens <= 0]
+            for req in finished_now:
+                self._finish(req, "length")
+            if self.running:
+                self._decode_step()
+            await asyncio.sleep(0)  # let HTTP handlers in between steps
+
+    def _decode_step(self) -> None:
+        batch = list(self.running)
+        rows = tiny.StepFeatures(obs_ids=[], prev_ids=[], positions=[])
+        for req in batch:
+            pos = len(req.ids)
+            obs, turn_pos = req.scanner.context(pos)
+            rows.obs_ids.append(list(obs))
+            rows.prev_ids.append(req.ids[-1])
+            rows.positions.append(turn_pos)
+        with torch.no_grad():
+            logits = self.model(rows)
+        temps = torch.tensor([max(r.temperature, 1e-6) for r in batch]).unsqueeze(1)
+        logp = torch.log_softmax(logits / temps, dim=-1)
+        tokens: list[int] = []
+        for i, req in enumerate(batch):
+            if req.temperature <= 0.0:
+                tokens.append(int(torch.argmax(logp[i])))
+                continue
+            probs = logp[i].exp()
+            if req.top_p < 1.0:
+                probs = _top_p_filter(probs, req.top_p)
+            tokens.append(int(torch.multinomial(probs, 1, generator=self.generator)))
+        self._recent.append((time.monotonic(), len(batch)))
+        self.c_gen.labels(self.served_model_name).inc(len(batch))
+        for i, (req, token) in enumerate(zip(batch, tokens)):
+            req.logprobs.append(float(logp[i, token]))
+            req.scanner.push(len(req.ids), token)
+            req.ids.append(token)
+            generated = len(req.ids) - req.prompt_len
+            if token == self.tokenizer.eos_id:
+                self._finish(req, "stop", matched=token)
+            elif req.stop and (hit := self._stop_hit(req)) is not None:
+                self._finish(req, "stop", matched=hit)
+            elif generated >= req.max_new_tokens or len(req.ids) >= self.context_length:
+                self._finish(req, "length")
+
+    def _stop_hit(self, req: _Running) -> str | None:
+        text = self.tokenizer.decode(req.ids[req.prompt_len :])
+        return next((s for s in req.stop if s in text), None)
+
+    def _finish(
+        self, req: _Running, kind: str, *, matched: int | str | None = None, message: str = ""
+    ) -> None:
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.queue:
+            self.queue.remove(req)
+        out = req.ids[req.prompt_len :]
+        finish: dict[str, Any] = {"type": kind}
+        if matched is not None:
+            finish["matched"] = matched
+        if message:
+            finish["message"] = message
+        body = {
+            "text": self.tokenizer.decode(out),
+            "output_ids": out,
+            "meta_info": {
+                "id": req.rid,
+                "finish_reason": finish,
+                "prompt_tokens": req.prompt_len,
+                "completion_tokens": len(out),
+                "output_token_logprobs": [[lp, t, None] for lp, t in zip(req.logprobs, out)],
+                "weight_version": self.weight_version,
+                "e2e_latency": time.monotonic() - req.started,
+            },
+        }
+        self.c_requests.labels(self.served_model_name).inc()
+        if not req.done.done():
+            req.done.set_result(body)
+
+    def abort_all(self) -> int:
+        """Finish every queued and running request with ``finish_reason.type == "abort"``."""
+        victims = self.queue + self.running
+        for req in victims:
+            self._finish(req, "abort", message="aborted by pause_generation")
+        return len(victims)
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def load_weights(self, path: str, weight_version: str | None) -> None:
+        new = tiny.load_policy(path)
+        if new.config != self.model.config:
+            raise ValueError(f"{path}: shape {new.config} differs from the served model")
+        self.model.load_state_dict(new.state_dict())
+        self.model_path = path
+        self.weight_version = weight_version if weight_version is not None else path
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_p, order = torch.sort(probs, descending=True)
+    keep = torch.cumsum(sorted_p, 0) - sorted_p < top_p
+    filtered = torch.zeros_like(probs)
+    filtered[order[keep]] = sorted_p[keep]
+    return filtered / filtered.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP routes
+
+ENGINE_KEY: web.AppKey[TinyEngine] = web.AppKey("engine", TinyEngine)
+
+
+def build_app(engine: TinyEngine) -> web.Application:
+    """The aiohttp application serving ``engine`` (tests run it in-process)."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[ENGINE_KEY] = engine
+
+    async def on_startup(_: web.Application) -> None:
+        engine.start()
+
+    async def on_cleanup(_: web.Application) -> None:
+        await engine.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+
+    async def generate(request: web.Request) -> web.Response:
+        await engine.guard()
+        try:
+            body = GenerateRequest.model_validate(await request.json())
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=f"invalid /generate request: {exc}") from exc
+        req = engine.submit(body)
+        result = await req.done
+        await engine.guard()  # a server that hung meanwhile answers nothing
+        engine.answered += 1
+        # The fault fires just after this answer leaves, so "after N requests" means N answers.
+        asyncio.get_running_loop().call_later(0.05, engine.maybe_fault)
+        return web.json_response(result)
+
+    async def health(_: web.Request) -> web.Response:
+        await engine.guard()
+        return web.Response(text="")
+
+    async def health_generate(_: web.Request) -> web.Response:
+        await engine.guard()
+        tok = engine.tokenizer
+        probe = GenerateRequest(
+            input_ids=[tok.bos_id, tok.role_ids["assistant"]],
+            sampling_params={"max_new_tokens": 1, "temperature": 0.0},  # type: ignore[arg-type]
+            rid=f"health-{uuid.uuid4().hex[:8]}",
+        )
+        await engine.submit(probe).done
+        return web.Response(text="")
+
+    async def model_info(_: web.Request) -> web.Response:
+        await engine.guard()
+        return web.json_response(
+            {
+                "model_path": engine.model_path,
+                "tokenizer_path": TOKENIZER_NAME,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": engine.weight_version,
+            }
+        )
+
+    async def server_info(_: web.Request) -> web.Response:
+        await engine.guard()
+        return web.json_response(
+            {
+                "model_path": engine.model_path,
+                "served_model_name": engine.served_model_name,
+                "context_length": engine.context_length,
+                "max_running_requests": engine.max_running_requests,
+                "max_total_num_tokens": engine.max_total_tokens,
+                "weight_version": engine.weight_version,
+            }
+        )
+
+    async def update_from_disk(request: web.Request) -> web.Response:
+        await engine.guard()
+        body = await request.json()
+        path = body.get("model_path")
+        if not isinstance(path, str):
+            raise web.HTTPBadRequest(text="model_path is required")
+        try:
+            engine.load_weights(path, body.get("weight_version"))
+        except (OSError, ValueError, RuntimeError) as exc:
+            # SGLang answers a failed load with success=false and keeps the old weights.
+            return web.json_response({"success": False, "message": str(exc)}, status=400)
+        log.info("weights loaded from %s (version %s)", path, engine.weight_version)
+        return web.json_response(
+            {"success": True, "message": "Succeeded to update model weights."}
+        )
+
+    async def flush_cache(_: web.Request) -> web.Response:
+        await engine.guard()
+        return web.Response(text="Cache flushed.\n")
+
+    async def pause(request: web.Request) -> web.Response:
+        await engine.guard()
+        body = await request.json() if request.can_read_body else {}
+        mode = body.get("mode", "abort")
+        engine.paused = True
+        if mode == "abort":
+            engine.abort_all()
+        return web.json_response({"success": True, "mode": mode})
+
+    async def resume(_: web.Request) -> web.Response:
+        await engine.guard()
+        engine.paused = False
+        engine._wake.set()
+        return web.json_response({"success": True})
+
+    async def metrics(_: web.Request) -> web.Response:
+        await engine.guard()
+        return web.Response(
+            body=engine.render_metrics(), content_type="text/plain", charset="utf-8"
+        )
+
+    app.add_routes(
+        [
+            web.post("/generate", generate),
+            web.get("/health", health),
+            web.get("/health_generate", health_generate),
+            web.get("/get_model_info", model_info),
+            web.get("/get_server_info", server_info),
+            web.post("/update_weights_from_disk", update_from_disk),
+            web.post("/flush_cache", flush_cache),
+            web.post("/pause_generation", pause),
+            web.post("/continue_generation", resume),
+            web.get("/metrics", metrics),
+        ]
+    )
+    return app
+
+
+def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> tiny.TinyPolicy:
+    """``tiny`` builds the initial policy; anything else is a directory from ``save_policy``."""
+    if model_path == tiny.BUILTIN_PATH:
+        return tiny.initial_policy(seed, edit_names=edit_names or tiny.DEFAULT_PRIOR_EDITS)
+    return tiny.load_policy(model_path)
+
+
+@click.command("serve-tiny")
+@click.option("--model-path", default=tiny.BUILTIN_PATH, show_default=True,
+              help="Directory written by the trainer, or 'tiny' for the built-in initial policy.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=30000, show_default=True, type=int,
+              help="Port to listen on; 0 picks a free one (printed on stderr).")
+@click.option("--served-model-name", default="policy", show_default=True)
+@click.option("--weight-version", default="0", show_default=True)
+@click.option("--context-length", default=4096, show_default=True, type=int)
+@click.option("--max-running-requests", default=64, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--edit-name", "edit_names", multiple=True,
+              help="Edit names the built-in initial policy spreads over (repeatable).")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the engine's log lines here (the watchdog tails it).")
+@click.option("--fault-line", help="Line written verbatim to stderr and the log when the fault fires.")
+@click.option("--fault-after-requests", type=click.IntRange(min=0),
+              help="Fire the fault after this many answered /generate requests (0: at start).")
+@click.option("--fault-mode", type=click.Choice(["crash", "hang", "stall"]),
+              help="crash: exit non-zero; hang: stop answering HTTP; stall: no tokens, "
+                   "running requests still reported.")
+def serve_tiny(
+    model_path: str,
+    host: str,
+    port: int,
+    served_model_name: str,
+    weight_version: str,
+    context_length: int,
+    max_running_requests: int,
+    seed: int,
+    edit_names: tuple[str, ...],
+    log_file: Path | None,
+    fault_line: str | None,
+    fault_after_requests: int | None,
+    fault_mode: FaultMode | None,
+) -> None:
+    """Serve the tiny CPU policy behind SGLang's HTTP API (for agentrl run and tests)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        handlers=handlers, force=True)
+    if fault_mode is not None and fault_after_requests is None:
+        raise click.UsageError("--fault-mode needs --fault-after-requests")
+    torch.set_num_threads(1)  # one core per engine: the rest belong to sandboxes and trainer
+    model = load_model(model_path, seed=seed, edit_names=edit_names)
+    engine = TinyEngine(
+        model,
+        model_path=model_path,
+        served_model_name=served_model_name,
+        weight_version=weight_version,
+        context_length=context_length,
+        max_running_requests=max_running_requests,
+        seed=seed,
+        fault=FaultPlan(line=fault_line, after_requests=fault_after_requests, mode=fault_mode),
+        log_file=log_file,
+    )
+    asyncio.run(_serve(engine, host, port))
+
+
+async def _serve(engine: TinyEngine, host: str, port: int) -> None:
+    runner = web.AppRunner(build_app(engine), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    engine.write_line(f"agentrl tiny engine serving on http://{host}:{bound}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

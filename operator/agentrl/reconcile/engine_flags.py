@@ -1,0 +1,319 @@
+"""The static SGLang flag schema: ``AgentRLJob`` → ``python3 -m sglang.launch_server`` arguments
+and the engine container's environment.
+
+Called by the operator's engine StatefulSet builder (``agentrl.reconcile.engine``, to render the
+pod) and by ``agentrl engine launch`` inside the engine container (to build the command it
+execs). Both go through this one module, so ``agentrl render`` shows exactly the flags the engine
+starts with.
+
+Why a static schema: importing ``sglang.srt.server_args`` pulls in torch, triton and zmq and
+probes the GPU, so neither the operator nor a CPU test may import it. The flags emitted here are
+the canonical long names from SGLang's server-arguments reference (never argparse prefix
+abbreviations such as ``--tp``).
+
+Two promises hold for every job:
+
+* HIP graphs stay on. ``--disable-cuda-graph`` is never emitted, and :func:`check_extra_args`
+  refuses ``spec.inference.extraArgs`` that would disable graphs, including argparse
+  abbreviations of those flags and ``--config`` files (which could carry them out of sight).
+* A flag derived from a typed spec field cannot be overridden through ``extraArgs``: the error
+  names the field to set instead, so there is one place for each setting.
+
+This module imports only :mod:`agentrl.api` (an import-linter contract holds the reconcile layer
+to that).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from agentrl.api import AgentRLJob
+from agentrl.api.engine import FORBIDDEN_EXTRA_ARGS
+
+# ---- ports and paths shared by the engine pod, the launcher and the watchdog ----------------
+
+#: Port SGLang listens on inside the engine pod (SGLang's own default).
+ENGINE_PORT: Final = 30000
+#: Port of the watchdog sidecar: ``/readyz`` (the engine pod's readiness probe), ``/healthz``,
+#: ``/metrics`` and ``/state``.
+WATCHDOG_PORT: Final = 9400
+#: Readiness path of the watchdog; the engine container's readinessProbe points here.
+WATCHDOG_READY_PATH: Final = "/readyz"
+#: Liveness path of the watchdog process itself.
+WATCHDOG_LIVE_PATH: Final = "/healthz"
+#: Annotation the watchdog writes on its own pod: a JSON report whose ``state`` is
+#: ``Starting``, ``Ready``, ``Recovering`` or ``Degraded``; the operator lifts ``Degraded`` into
+#: the job's Degraded condition (reason ``WatchdogCrashLoop``).
+WATCHDOG_ANNOTATION: Final = "agentrl.dev/watchdog"
+#: Mount path of the emptyDir shared by the engine and the watchdog. It outlives container
+#: restarts, so the lines an engine printed as it crashed are still there for the watchdog.
+LOG_VOLUME_PATH: Final = "/var/log/agentrl"
+#: The engine log inside :data:`LOG_VOLUME_PATH`, written by ``agentrl engine launch``.
+ENGINE_LOG_FILE: Final = f"{LOG_VOLUME_PATH}/engine.log"
+#: SGLang's ``--crash-dump-folder`` (the last minutes of requests before a crash), kept on the
+#: log volume so it survives the restart.
+CRASH_DUMP_PATH: Final = f"{LOG_VOLUME_PATH}/crash"
+#: Where the operator mounts the job's ConfigMap; the launcher reads the resolved spec here.
+SPEC_MOUNT_PATH: Final = "/etc/agentrl"
+#: The resolved spec file in that ConfigMap.
+SPEC_FILE: Final = f"{SPEC_MOUNT_PATH}/job.yaml"
+#: Environment variable the operator sets to :data:`SPEC_FILE` in every workload.
+SPEC_ENV: Final = "AGENTRL_CONFIG"
+#: Where a ``spec.model.source.pvc`` is mounted (read-only).
+MODEL_MOUNT_PATH: Final = "/models"
+#: Where the checkpoint volume is mounted in engine pods (``/update_weights_from_disk`` reads
+#: the trainer's exported weights from it).
+CHECKPOINT_MOUNT_PATH: Final = "/checkpoints"
+#: The trainer's record of the weights engines should serve (see
+#: ``agentrl.engine.weight_pointer``); the watchdog re-pushes them after a restart.
+CURRENT_WEIGHTS_FILE: Final = f"{CHECKPOINT_MOUNT_PATH}/current-weights.json"
+#: ``PROMETHEUS_MULTIPROC_DIR``: SGLang's ``/metrics`` needs a writable directory.
+PROMETHEUS_DIR: Final = "/tmp/prometheus"
+
+#: SGLang's ``--watchdog-timeout``: a forward batch slower than this crashes the engine, which
+#: the watchdog then sees as a fault. SGLang's default, stated so ``agentrl render`` shows it.
+SGLANG_WATCHDOG_TIMEOUT_SECONDS: Final = 300
+#: ``SGLANG_HEALTH_CHECK_TIMEOUT``: how long ``/health_generate`` waits for one token before
+#: answering 503 (SGLang's default).
+SGLANG_HEALTH_CHECK_TIMEOUT_SECONDS: Final = 20
+
+#: The weight version engines start with; the trainer's first push is version 1.
+INITIAL_WEIGHT_VERSION: Final = "0"
+
+#: The module the engine container runs.
+SGLANG_MODULE: Final = "sglang.launch_server"
+
+# ---- ROCm environment ------------------------------------------------------------------------
+
+#: Environment of every engine on AMD GPUs: the set the SGLang ROCm image bakes in, stated again
+#: because SGLang's code default for ``SGLANG_USE_AITER`` is off and a custom image must not
+#: silently lose it (reference notes §2 and §6).
+ROCM_ENV: Final[dict[str, str]] = {
+    "SGLANG_USE_AITER": "1",
+    "SGLANG_ROCM_FUSED_DECODE_MLA": "1",
+    "SGLANG_MOE_PADDING": "1",
+    "SGLANG_SET_CPU_AFFINITY": "1",
+    "HIP_FORCE_DEV_KERNARG": "1",
+    "HSA_NO_SCRATCH_RECLAIM": "1",
+    "NCCL_MIN_NCHANNELS": "112",
+    # ROCm 7.2.4 images: works around an IPC handle leak (ROCM-21485); harmless elsewhere.
+    "HSA_ENABLE_IPC_MODE_LEGACY": "1",
+}
+
+#: Environment of every engine, whatever the GPU vendor.
+COMMON_ENV: Final[dict[str, str]] = {
+    # --context-length above the model's derived length only takes effect with this set.
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",
+    # /health answers without generating (a cheap readiness probe); /health_generate, which the
+    # watchdog probes, still runs the model.
+    "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
+    "SGLANG_HEALTH_CHECK_TIMEOUT": str(SGLANG_HEALTH_CHECK_TIMEOUT_SECONDS),
+    "PROMETHEUS_MULTIPROC_DIR": PROMETHEUS_DIR,
+}
+
+# ---- the schema ------------------------------------------------------------------------------
+
+#: Flags (canonical name first, then SGLang's aliases) that typed spec fields own, with the
+#: field to set instead. ``extraArgs`` naming any of them, or an argparse abbreviation of one,
+#: is refused.
+OWNED_FLAGS: Final[dict[tuple[str, ...], str]] = {
+    ("--model-path", "--model"): "spec.model.source",
+    ("--served-model-name",): "spec.model.servedName",
+    ("--tool-call-parser",): "spec.model.toolCallParser",
+    ("--reasoning-parser",): "spec.model.reasoningParser",
+    ("--dtype",): "spec.model.dtype",
+    ("--tp-size", "--tensor-parallel-size"): "spec.inference.gpusPerEngine",
+    ("--dp-size", "--data-parallel-size"): "spec.inference.engines (one engine per pod)",
+    ("--context-length",): "spec.inference.contextLength",
+    ("--max-running-requests",): "spec.inference.maxRunningRequests",
+    ("--mem-fraction-static",): "spec.inference.memFractionStatic",
+    ("--chunked-prefill-size",): "spec.inference.chunkedPrefillSize",
+    ("--kv-cache-dtype",): "spec.inference.kvCacheDtype",
+    ("--cuda-graph-max-bs", "--cuda-graph-bs"): "spec.inference.graphs.maxBatchSize",
+    ("--host",): "the operator (engines listen on 0.0.0.0)",
+    ("--port",): f"the operator (engines listen on {ENGINE_PORT})",
+    ("--enable-metrics",): "the operator (metrics are always on: the watchdog reads them)",
+    ("--weight-version",): "the trainer (it pushes versioned weights)",
+    ("--crash-dump-folder",): f"the operator (crash dumps go to {CRASH_DUMP_PATH})",
+}
+
+#: ``--kv-cache-dtype`` spellings: the manifest says ``bfloat16`` like ``spec.model.dtype``;
+#: SGLang's choice list spells it ``bf16``.
+_KV_CACHE_DTYPE: Final[dict[str, str]] = {
+    "auto": "auto",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "bfloat16": "bf16",
+}
+
+#: Abbreviations of a graph-disabling flag from this length up are refused (argparse expands a
+#: unique prefix); shorter ones are ambiguous with other ``--disable-c...`` flags of SGLang
+#: (``--disable-custom-all-reduce``, ``--disable-chunked-prefix-cache``) and argparse rejects
+#: them itself.
+_GRAPH_FLAG_MIN_PREFIX: Final = "--disable-cu"
+
+
+class EngineFlagError(ValueError):
+    """The spec asks for engine flags the schema refuses. The message names the field and the
+    way out; the operator reports it as ``InvalidSpec`` and the launcher exits non-zero."""
+
+
+def _flag_name(arg: str) -> str | None:
+    """``--name`` of a command-line token (``--name=value`` included); None for values."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    return arg.split("=", 1)[0]
+
+
+def _disables_graphs(name: str) -> bool:
+    """True for a forbidden graph flag, a longer spelling of one, or an argparse abbreviation
+    that could only expand to one."""
+    for forbidden in FORBIDDEN_EXTRA_ARGS:
+        if name.startswith(forbidden):
+            return True
+        if len(name) >= len(_GRAPH_FLAG_MIN_PREFIX) and forbidden.startswith(name):
+            return True
+    return False
+
+
+def _owning_field(name: str) -> str | None:
+    """The spec field owning ``name`` (exact, or an abbreviation of exactly one owned flag)."""
+    for flags, owner in OWNED_FLAGS.items():
+        if name in flags:
+            return owner
+    owners = {
+        owner
+        for flags, owner in OWNED_FLAGS.items()
+        for flag in flags
+        if flag.startswith(name) and len(name) > len("--")
+    }
+    # An abbreviation shared with flags we do not own is not ours to refuse: argparse itself
+    # rejects it as ambiguous.
+    return owners.pop() if len(owners) == 1 else None
+
+
+def refuse_graph_disabling(args: list[str], *, source: str) -> None:
+    """Refuse any token of ``args`` that would disable HIP graphs.
+
+    ``source`` names where the arguments came from, e.g. ``spec.inference.extraArgs`` or
+    ``the engine command line``.
+
+    Raises:
+        EngineFlagError: naming ``source[i]`` and the way out.
+    """
+    for index, arg in enumerate(args):
+        name = _flag_name(arg)
+        if name is not None and _disables_graphs(name):
+            raise EngineFlagError(
+                f"{source}[{index}] ({arg!r}) is refused: it disables HIP graphs, which halves "
+                "decode throughput or worse. Graphs stay on; the watchdog restarts an engine "
+                f"after a GPU fault instead. Remove it from {source}."
+            )
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Refuse ``spec.inference.extraArgs`` that disable HIP graphs, hide flags in a config
+    file, or set a flag a typed field owns.
+
+    Raises:
+        EngineFlagError: naming ``spec.inference.extraArgs[i]`` and what to do instead.
+    """
+    source = "spec.inference.extraArgs"
+    refuse_graph_disabling(extra_args, source=source)
+    for index, arg in enumerate(extra_args):
+        where = f"{source}[{index}] ({arg!r})"
+        name = _flag_name(arg)
+        if name is None:
+            continue
+        if "--config".startswith(name) and len(name) >= len("--conf"):
+            raise EngineFlagError(
+                f"{where} is refused: a --config file could disable HIP graphs or override "
+                f"typed fields out of sight. Put the flags in {source} instead."
+            )
+        owner = _owning_field(name)
+        if owner is not None:
+            raise EngineFlagError(
+                f"{where} is refused: {name} is derived from {owner}; set it there instead "
+                f"of in {source}."
+            )
+
+
+def model_path(job: AgentRLJob) -> str:
+    """The model directory as the engine pod sees it (inside the PVC mount when one is set)."""
+    source = job.spec.model.source
+    if source.pvc is None:
+        return source.path
+    return f"{MODEL_MOUNT_PATH}/{source.path.lstrip('/')}".rstrip("/")
+
+
+def is_amd(job: AgentRLJob) -> bool:
+    """Whether the engines run on AMD GPUs (``amd.com/...`` resources): ROCm env and AITER."""
+    return job.spec.inference.gpu_resource.startswith("amd.com/")
+
+
+def launch_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
+    """The ``sglang.launch_server`` arguments for ``job`` (without the interpreter and module).
+
+    The result is deterministic: the same spec always gives the same list, so an engine
+    restarted by the kubelet or the watchdog comes back with exactly the same flags.
+
+    Raises:
+        EngineFlagError: when ``spec.inference.extraArgs`` is refused (see
+            :func:`check_extra_args`).
+    """
+    inference = job.spec.inference
+    model = job.spec.model
+    check_extra_args(inference.extra_args)
+    graph_max_bs = inference.graphs.max_batch_size or inference.max_running_requests
+    # fmt: off
+    args = [
+        "--model-path", model_path(job),
+        "--served-model-name", model.served_name,
+        "--dtype", model.dtype,
+        "--host", "0.0.0.0",
+        "--port", str(port),
+        "--tp-size", str(inference.gpus_per_engine),
+        "--dp-size", "1",
+        "--context-length", str(inference.context_length),
+        "--max-running-requests", str(inference.max_running_requests),
+        "--mem-fraction-static", str(inference.mem_fraction_static),
+        "--kv-cache-dtype", _KV_CACHE_DTYPE[inference.kv_cache_dtype],
+        "--cuda-graph-max-bs", str(graph_max_bs),
+        "--enable-metrics",
+        "--watchdog-timeout", str(SGLANG_WATCHDOG_TIMEOUT_SECONDS),
+        "--crash-dump-folder", CRASH_DUMP_PATH,
+        "--weight-version", INITIAL_WEIGHT_VERSION,
+        "--trust-remote-code",
+    ]
+    # fmt: on
+    if inference.chunked_prefill_size is not None:
+        args += ["--chunked-prefill-size", str(inference.chunked_prefill_size)]
+    if model.tool_call_parser is not None:
+        args += ["--tool-call-parser", model.tool_call_parser]
+    if model.reasoning_parser is not None:
+        args += ["--reasoning-parser", model.reasoning_parser]
+    if is_amd(job):
+        args += ["--attention-backend", "aiter"]
+    return args + list(inference.extra_args)
+
+
+def launch_command(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
+    """The full engine command: ``python3 -m sglang.launch_server`` plus :func:`launch_args`."""
+    return ["python3", "-m", SGLANG_MODULE, *launch_args(job, port)]
+
+
+def rocm_env(job: AgentRLJob) -> dict[str, str]:
+    """The engine container's environment: the ROCm set on AMD GPUs, the SGLang settings every
+    engine needs, and the collective-network pinning of ``spec.trainer.network`` (engines join
+    the trainer's broadcast group for distributed weight sync)."""
+    env = dict(COMMON_ENV)
+    if is_amd(job):
+        env.update(ROCM_ENV)
+    network = job.spec.trainer.network
+    if network.nccl_socket_ifname is not None:
+        env["NCCL_SOCKET_IFNAME"] = network.nccl_socket_ifname
+    if network.gloo_socket_ifname is not None:
+        env["GLOO_SOCKET_IFNAME"] = network.gloo_socket_ifname
+    if network.ib_hca is not None:
+        env["NCCL_IB_HCA"] = network.ib_hca
+    return env

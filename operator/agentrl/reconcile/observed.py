@@ -1,0 +1,352 @@
+"""What the controller saw of a job's children: a typed snapshot, the input of the status
+computation.
+
+The controller reads the engine StatefulSet, the trainer Job, the rollout Deployment (each by
+name; None when absent) and lists the job's pods by ``agentrl.dev/job`` once, then calls
+:func:`observe` with the raw objects as the API server returned them. Only the fields the
+status needs are kept; everything else is dropped here, so ``status`` never reaches into raw
+dicts.
+
+Two annotations carry what only the workloads know: the engine watchdog writes
+:class:`WatchdogReport` as JSON under ``agentrl.dev/watchdog`` on its own pod, and the trainer's
+driver writes :class:`TrainerProgress` under ``agentrl.dev/progress`` on its pod. A malformed
+annotation is ignored (the status then says nothing from it) rather than failing the reconcile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from agentrl.reconcile.constants import (
+    ANNOTATION_PROGRESS,
+    ANNOTATION_TRAINER_ATTEMPT,
+    ANNOTATION_WATCHDOG,
+    LABEL_COMPONENT,
+    Component,
+)
+
+_AnnotationT = TypeVar("_AnnotationT", bound=BaseModel)
+
+
+#: The watchdog state that means its crash-loop guard tripped.
+WATCHDOG_DEGRADED_STATE = "Degraded"
+
+
+class _Snapshot(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Annotation(BaseModel):
+    """JSON written by a workload: camelCase, unknown keys ignored (newer writers)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class LastFault(_Annotation):
+    """The latest fault a watchdog acted on."""
+
+    signature: str = ""
+    """Fault signature name (``GPU_MEMORY_ACCESS_FAULT``, ``HEALTH_PROBE_FAILED``, ...)."""
+    line: str = ""
+    """The log line that matched, or what the watchdog observed."""
+    time: str | None = None
+    """When it was seen (RFC 3339)."""
+
+
+class WatchdogReport(_Annotation):
+    """``agentrl.dev/watchdog`` on an engine pod: the operator's reading of the JSON that
+    ``agentrl.engine.watchdog_report.WatchdogReport`` writes (re-declared here because the pure
+    layer may not import the engine package, which talks to the API server)."""
+
+    state: str = "Unknown"
+    """``Starting``, ``Ready``, ``Recovering`` or ``Degraded`` (the crash-loop guard tripped)."""
+    ready: bool = False
+    """Whether the watchdog reports the engine ready."""
+    restarts: int = Field(default=0, ge=0)
+    """Engine restarts the watchdog observed."""
+    restarts_in_window: int = Field(default=0, ge=0)
+    """Restarts within the crash-loop window."""
+    faults: int = Field(default=0, ge=0)
+    """Faults it acted on."""
+    last_fault: LastFault | None = None
+    """The latest fault."""
+    weight_version: str | None = None
+    """Weight version last pushed to the engine."""
+
+    @property
+    def crash_loop(self) -> bool:
+        """The crash-loop guard tripped."""
+        return self.state == WATCHDOG_DEGRADED_STATE
+
+
+class TrainerProgress(_Annotation):
+    """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
+
+    step: int = Field(default=0, ge=0)
+    """Last completed step."""
+    last_checkpoint_step: int = Field(default=0, ge=0)
+    """Step of the last checkpoint."""
+    weight_version: str | None = None
+    """Weight version last pushed to the engines."""
+    trajectories_per_hour: float = 0.0
+    """Completed trajectories per hour."""
+    mean_reward: float | None = None
+    """Mean reward of the last step."""
+    pass_at_1: float | None = None
+    """Held-out pass@1 at the last evaluation."""
+    infra_error_rate: float = 0.0
+    """Share of episodes ended by infra errors."""
+    truncated_rate: float = 0.0
+    """Share of episodes truncated by a cap."""
+
+
+class ObservedCondition(_Snapshot):
+    """A condition of a pod, Job or Deployment."""
+
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+class ObservedContainer(_Snapshot):
+    """A container's status."""
+
+    name: str
+    ready: bool = False
+    restart_count: int = 0
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    terminated_reason: str | None = None
+    terminated_exit_code: int | None = None
+    terminated_message: str | None = None
+    last_terminated_reason: str | None = None
+    last_terminated_exit_code: int | None = None
+
+
+class ObservedPod(_Snapshot):
+    """A pod of the job."""
+
+    name: str
+    component: str | None = None
+    phase: str = "Pending"
+    deleting: bool = False
+    conditions: tuple[ObservedCondition, ...] = ()
+    containers: tuple[ObservedContainer, ...] = ()
+    """Init containers first, then the regular ones."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    def condition(self, type_: str) -> ObservedCondition | None:
+        """The pod condition of that type, if present."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pod is Ready (every container ready)."""
+        cond = self.condition("Ready")
+        return cond is not None and cond.status == "True"
+
+    @property
+    def watchdog(self) -> WatchdogReport | None:
+        """The watchdog's report, when the annotation is present and well-formed."""
+        return _parse_annotation(self.annotations.get(ANNOTATION_WATCHDOG), WatchdogReport)
+
+    @property
+    def progress(self) -> TrainerProgress | None:
+        """The driver's progress, when the annotation is present and well-formed."""
+        return _parse_annotation(self.annotations.get(ANNOTATION_PROGRESS), TrainerProgress)
+
+
+class ObservedStatefulSet(_Snapshot):
+    """The engine StatefulSet."""
+
+    replicas: int = 0
+    """``spec.replicas``."""
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    current_revision: str | None = None
+    update_revision: str | None = None
+
+
+class ObservedTrainerJob(_Snapshot):
+    """The trainer Job."""
+
+    uid: str | None = None
+    attempt: int = 0
+    """``agentrl.dev/trainer-attempt`` of this Job (0 when absent)."""
+    suspended: bool = False
+    deleting: bool = False
+    active: int = 0
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    conditions: tuple[ObservedCondition, ...] = ()
+
+    def condition(self, type_: str) -> ObservedCondition | None:
+        """The True condition of that type, if present (Job conditions are only ever True
+        when they matter)."""
+        return next((c for c in self.conditions if c.type == type_ and c.status == "True"), None)
+
+    @property
+    def complete(self) -> bool:
+        """The Job succeeded."""
+        return self.condition("Complete") is not None
+
+    @property
+    def failed_condition(self) -> ObservedCondition | None:
+        """The Job's Failed condition when it failed."""
+        return self.condition("Failed")
+
+
+class ObservedDeployment(_Snapshot):
+    """The rollout Deployment."""
+
+    replicas: int = 0
+    ready_replicas: int = 0
+    available_replicas: int = 0
+    conditions: tuple[ObservedCondition, ...] = ()
+
+
+class Observed(_Snapshot):
+    """Everything the status computation reads about a job's children."""
+
+    engine_set: ObservedStatefulSet | None = None
+    trainer_job: ObservedTrainerJob | None = None
+    rollout: ObservedDeployment | None = None
+    pods: tuple[ObservedPod, ...] = ()
+
+    def pods_of(self, component: Component) -> list[ObservedPod]:
+        """The live (not deleting) pods of one component, by name."""
+        return sorted(
+            (p for p in self.pods if p.component == component.value and not p.deleting),
+            key=lambda p: p.name,
+        )
+
+
+def _parse_annotation(raw: str | None, model: type[_AnnotationT]) -> _AnnotationT | None:
+    if not raw:
+        return None
+    try:
+        return model.model_validate(json.loads(raw))
+    except (ValueError, ValidationError):
+        return None
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...`` with None for anything missing."""
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
+
+
+def _conditions(raw: Iterable[Mapping[str, Any]] | None) -> tuple[ObservedCondition, ...]:
+    return tuple(
+        ObservedCondition(
+            type=str(c.get("type", "")),
+            status=str(c.get("status", "Unknown")),
+            reason=c.get("reason"),
+            message=c.get("message"),
+        )
+        for c in raw or ()
+    )
+
+
+def _container(raw: Mapping[str, Any]) -> ObservedContainer:
+    return ObservedContainer(
+        name=str(raw.get("name", "")),
+        ready=bool(raw.get("ready", False)),
+        restart_count=_int(raw.get("restartCount")),
+        waiting_reason=_get(raw, "state", "waiting", "reason"),
+        waiting_message=_get(raw, "state", "waiting", "message"),
+        terminated_reason=_get(raw, "state", "terminated", "reason"),
+        terminated_exit_code=_get(raw, "state", "terminated", "exitCode"),
+        terminated_message=_get(raw, "state", "terminated", "message"),
+        last_terminated_reason=_get(raw, "lastState", "terminated", "reason"),
+        last_terminated_exit_code=_get(raw, "lastState", "terminated", "exitCode"),
+    )
+
+
+def pod_from_object(obj: Mapping[str, Any]) -> ObservedPod:
+    """A pod as the API server returns it → :class:`ObservedPod`."""
+    status = obj.get("status") or {}
+    statuses = [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]
+    return ObservedPod(
+        name=str(_get(obj, "metadata", "name")),
+        component=(_get(obj, "metadata", "labels") or {}).get(LABEL_COMPONENT),
+        phase=str(status.get("phase") or "Pending"),
+        deleting=_get(obj, "metadata", "deletionTimestamp") is not None,
+        conditions=_conditions(status.get("conditions")),
+        containers=tuple(_container(c) for c in statuses),
+        annotations=dict(_get(obj, "metadata", "annotations") or {}),
+    )
+
+
+def statefulset_from_object(obj: Mapping[str, Any]) -> ObservedStatefulSet:
+    """A StatefulSet → :class:`ObservedStatefulSet`."""
+    return ObservedStatefulSet(
+        replicas=_int(_get(obj, "spec", "replicas")),
+        ready_replicas=_int(_get(obj, "status", "readyReplicas")),
+        updated_replicas=_int(_get(obj, "status", "updatedReplicas")),
+        current_revision=_get(obj, "status", "currentRevision"),
+        update_revision=_get(obj, "status", "updateRevision"),
+    )
+
+
+def trainer_job_from_object(obj: Mapping[str, Any]) -> ObservedTrainerJob:
+    """A batch/v1 Job → :class:`ObservedTrainerJob`."""
+    annotations = _get(obj, "metadata", "annotations") or {}
+    return ObservedTrainerJob(
+        uid=_get(obj, "metadata", "uid"),
+        attempt=_int(annotations.get(ANNOTATION_TRAINER_ATTEMPT)),
+        suspended=bool(_get(obj, "spec", "suspend")),
+        deleting=_get(obj, "metadata", "deletionTimestamp") is not None,
+        active=_int(_get(obj, "status", "active")),
+        ready=_int(_get(obj, "status", "ready")),
+        succeeded=_int(_get(obj, "status", "succeeded")),
+        failed=_int(_get(obj, "status", "failed")),
+        conditions=_conditions(_get(obj, "status", "conditions")),
+    )
+
+
+def deployment_from_object(obj: Mapping[str, Any]) -> ObservedDeployment:
+    """A Deployment → :class:`ObservedDeployment`."""
+    return ObservedDeployment(
+        replicas=_int(_get(obj, "spec", "replicas")),
+        ready_replicas=_int(_get(obj, "status", "readyReplicas")),
+        available_replicas=_int(_get(obj, "status", "availableReplicas")),
+        conditions=_conditions(_get(obj, "status", "conditions")),
+    )
+
+
+def observe(
+    *,
+    statefulset: Mapping[str, Any] | None = None,
+    trainer_job: Mapping[str, Any] | None = None,
+    deployment: Mapping[str, Any] | None = None,
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> Observed:
+    """The snapshot of a job's children from the raw objects (None for a child not found;
+    ``pods``: every pod labelled ``agentrl.dev/job=NAME``)."""
+    return Observed(
+        engine_set=None if statefulset is None else statefulset_from_object(statefulset),
+        trainer_job=None if trainer_job is None else trainer_job_from_object(trainer_job),
+        rollout=None if deployment is None else deployment_from_object(deployment),
+        pods=tuple(pod_from_object(p) for p in pods),
+    )

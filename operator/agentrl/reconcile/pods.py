@@ -1,0 +1,106 @@
+"""Pieces shared by the pod templates of engines, trainer and rollout workers: environment
+lists, the ConfigMap, checkpoint, model and /dev/shm volumes.
+
+Kept apart from the builders so that the same volume is spelled the same way in every pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentrl.api import AgentRLJob
+from agentrl.reconcile import names
+from agentrl.reconcile.engine_flags import (
+    CHECKPOINT_MOUNT_PATH,
+    MODEL_MOUNT_PATH,
+    SPEC_FILE,
+    SPEC_MOUNT_PATH,
+)
+from agentrl.reconcile.pvc import checkpoint_claim_name
+
+CONFIG_VOLUME = "config"
+CHECKPOINT_VOLUME = "checkpoints"
+MODEL_VOLUME = "model"
+SHM_VOLUME = "dshm"
+
+#: Env var every workload reads to find the resolved manifest.
+CONFIG_ENV = "AGENTRL_CONFIG"
+
+
+def env_list(values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``{"A": "1"}`` → ``[{"name": "A", "value": "1"}]``, in the mapping's order."""
+    return [{"name": key, "value": value} for key, value in values.items()]
+
+
+def field_env(name: str, field_path: str) -> dict[str, Any]:
+    """An env var from the downward API (``metadata.name``, an annotation, ...)."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def identity_env() -> list[dict[str, Any]]:
+    """POD_NAME, POD_NAMESPACE and the config path, which every workload reads."""
+    return [
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        {"name": CONFIG_ENV, "value": SPEC_FILE},
+    ]
+
+
+def config_volume(job: AgentRLJob) -> dict[str, Any]:
+    """The job's ConfigMap as a volume."""
+    return {"name": CONFIG_VOLUME, "configMap": {"name": names.config_map(job.metadata.name)}}
+
+
+def config_mount() -> dict[str, Any]:
+    """The ConfigMap mounted read-only where the workloads look for it."""
+    return {"name": CONFIG_VOLUME, "mountPath": SPEC_MOUNT_PATH, "readOnly": True}
+
+
+def checkpoint_volume(job: AgentRLJob) -> dict[str, Any]:
+    """The checkpoint claim as a volume."""
+    return {
+        "name": CHECKPOINT_VOLUME,
+        "persistentVolumeClaim": {"claimName": checkpoint_claim_name(job)},
+    }
+
+
+def checkpoint_mount(*, read_only: bool) -> dict[str, Any]:
+    """The checkpoint volume at /checkpoints."""
+    return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT_PATH, "readOnly": read_only}
+
+
+def model_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for ``spec.model.source.pvc``, read-only at /models; empty without."""
+    pvc = job.spec.model.source.pvc
+    if pvc is None:
+        return [], []
+    volume = {"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}}
+    mount = {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH, "readOnly": True}
+    return [volume], [mount]
+
+
+def shm_volume(size: str | None) -> dict[str, Any]:
+    """A memory-backed /dev/shm (the container runtime's default is 64 MiB, far too small for
+    RCCL and PyTorch's shared-memory tensors)."""
+    empty_dir: dict[str, Any] = {"medium": "Memory"}
+    if size is not None:
+        empty_dir["sizeLimit"] = size
+    return {"name": SHM_VOLUME, "emptyDir": empty_dir}
+
+
+def shm_mount() -> dict[str, Any]:
+    """/dev/shm."""
+    return {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+
+
+def gpu_resources(*, cpu: str, memory: str, gpu_resource: str, gpus: int) -> dict[str, Any]:
+    """Requests for CPU and memory; the GPU in requests and limits (an extended resource must
+    have them equal). No CPU or memory limit: a GPU pod owns its node's share and a CPU limit
+    would throttle the data loader and tokenizer threads."""
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
+    resources: dict[str, Any] = {"requests": requests}
+    if gpus > 0:
+        requests[gpu_resource] = str(gpus)
+        resources["limits"] = {gpu_resource: str(gpus)}
+    return resources

@@ -1,0 +1,80 @@
+"""Trainer restarts: a failed trainer restarts from its last checkpoint, as a whole, up to
+``spec.trainer.backoffLimit`` times; every restart is counted in ``status.trainer.restarts``.
+
+Why whole-group restarts by the operator instead of the Job's own pod retries: when one rank of
+a distributed trainer dies, the others hang in a collective until they time out, so retrying
+one pod cannot recover. The trainer Job therefore runs with ``backoffLimit: 0`` (its first pod
+failure fails it, except node disruptions, which its podFailurePolicy ignores) and the operator
+deletes the failed Job and creates a fresh one — every rank restarts together and resumes from
+the checkpoint. This is how KubeRay's RayJob retries (a new cluster per attempt).
+
+Counting survives operator restarts: each trainer Job carries its attempt number
+(``agentrl.dev/trainer-attempt``) and the count lives in the job's status. A failed Job whose
+attempt is below the recorded count was already counted (the operator died between writing the
+status and deleting the Job), so it is deleted without counting it again.
+
+A Job that failed because its ``activeDeadlineSeconds`` passed is not restarted: the deadline
+is the job's, not the attempt's.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from agentrl.api import AgentRLJob, Reason
+from agentrl.reconcile.observed import ObservedTrainerJob
+
+#: The reason Kubernetes gives a Job that ran past its activeDeadlineSeconds.
+JOB_DEADLINE_REASON = "DeadlineExceeded"
+
+
+class TrainerRestartDecision(BaseModel):
+    """What to do about the trainer's failures."""
+
+    model_config = ConfigDict(frozen=True)
+
+    restarts: int
+    """``status.trainer.restarts`` after this decision; also the attempt number of the trainer
+    Job to run next."""
+    delete_failed_job: bool = False
+    """Delete the observed (failed) trainer Job so the next reconcile creates the next
+    attempt. Write the status first, then delete."""
+    restarted: bool = False
+    """This decision counted a new restart (post a TrainerRestarting event)."""
+    fail_reason: Reason | None = None
+    """The job is Failed: ``BackoffLimitExceeded`` or ``DeadlineExceeded``."""
+    failure_message: str | None = None
+    """The trainer Job's own failure message, for the condition and the event."""
+
+
+def decide(
+    job: AgentRLJob, *, recorded_restarts: int, observed: ObservedTrainerJob | None
+) -> TrainerRestartDecision:
+    """Restart, give up or carry on, from the recorded count and the observed trainer Job."""
+    failed = None if observed is None else observed.failed_condition
+    if observed is None or failed is None or observed.deleting:
+        return TrainerRestartDecision(restarts=recorded_restarts)
+    message = failed.message or failed.reason or "the trainer Job failed"
+    if observed.attempt < recorded_restarts:
+        # Counted already; the operator stopped before deleting it.
+        return TrainerRestartDecision(
+            restarts=recorded_restarts, delete_failed_job=True, failure_message=message
+        )
+    if failed.reason == JOB_DEADLINE_REASON:
+        return TrainerRestartDecision(
+            restarts=recorded_restarts,
+            fail_reason=Reason.DEADLINE_EXCEEDED,
+            failure_message=message,
+        )
+    if recorded_restarts >= job.spec.trainer.backoff_limit:
+        return TrainerRestartDecision(
+            restarts=recorded_restarts,
+            fail_reason=Reason.BACKOFF_LIMIT_EXCEEDED,
+            failure_message=message,
+        )
+    return TrainerRestartDecision(
+        restarts=recorded_restarts + 1,
+        delete_failed_job=True,
+        restarted=True,
+        failure_message=message,
+    )

@@ -1,0 +1,675 @@
+"""Status of an AgentRLJob from the job and a snapshot of its children: conditions, sub-status
+counts, and the Events of the transitions a user cares about.
+
+Pure: :func:`compute_status` takes the job (with the status it has now), an
+``observed.Observed`` snapshot, the object's ``metadata.generation`` and ``now``, and returns the
+new status, the events, and the trainer-restart decision the controller acts on. Write the status
+only when :func:`status_changed` says so, and post the events only after that write succeeded —
+then a retried reconcile neither rewrites an unchanged status nor repeats an event.
+
+Conditions follow the API conventions: every type is present from the first reconcile, reasons
+are CamelCase constants, ``lastTransitionTime`` moves only when ``status`` flips, and messages
+lift the child's own words — the scheduler's "0/6 nodes are available: 6 Insufficient
+amd.com/gpu.", an image pull error, a crash loop's last exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
+from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
+from agentrl.reconcile.concurrency import effective_concurrency
+from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
+from agentrl.reconcile.labels import sandbox_selector, selector_string
+from agentrl.reconcile.observed import Observed, ObservedPod, TrainerProgress
+from agentrl.reconcile.policies import deadline, trainer_restarts
+from agentrl.reconcile.policies.suspend import workload_scale
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+EventType = Literal["Normal", "Warning"]
+
+#: Condition order in ``status.conditions`` (the summary first).
+CONDITION_ORDER: tuple[ConditionType, ...] = tuple(ConditionType)
+#: Conditions whose True is bad news.
+NEGATIVE_CONDITIONS = frozenset({ConditionType.FAILED, ConditionType.DEGRADED})
+#: Conditions that flip too often to be worth an event (every weight push).
+QUIET_CONDITIONS = frozenset({ConditionType.WEIGHTS_SYNCED})
+
+#: Container waiting reasons that mean the image cannot be pulled.
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+#: Container waiting reasons that mean the container cannot be created or started.
+CONTAINER_ERROR_REASONS = frozenset(
+    {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+)
+
+
+class Event(BaseModel):
+    """An Event to post on the job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: EventType
+    reason: str
+    message: str
+
+
+class StatusResult(BaseModel):
+    """What :func:`compute_status` decided."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: AgentRLJobStatus
+    """The new status (write it when :func:`status_changed`)."""
+    events: list[Event]
+    """Events for the transitions, to post after the status write."""
+    trainer: trainer_restarts.TrainerRestartDecision
+    """The trainer-restart decision (delete the failed Job after the status write)."""
+    finished: bool
+    """The job is Complete or Failed."""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A condition's status, reason and message before it becomes a ``Condition``."""
+
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """Why a pod is not running, in the child's own words."""
+
+    reason: str
+    """Our reason (``Unschedulable``, ``ImagePullError``, ...)."""
+    detail: str
+    """The kubelet's or the scheduler's message."""
+
+
+# ---- pod problems ----------------------------------------------------------------------------
+
+
+def pod_problem(pod: ObservedPod) -> PodProblem | None:
+    """The most telling reason a pod is not running, or None."""
+    scheduled = pod.condition("PodScheduled")
+    if scheduled is not None and scheduled.status == "False":
+        detail = scheduled.message or scheduled.reason or "not scheduled"
+        return PodProblem(Reason.UNSCHEDULABLE, detail)
+    for container in pod.containers:
+        waiting = container.waiting_reason
+        if waiting in IMAGE_PULL_REASONS:
+            detail = f"container {container.name}: {waiting}: {container.waiting_message or ''}"
+            return PodProblem(Reason.IMAGE_PULL_ERROR, detail.rstrip(": "))
+    for container in pod.containers:
+        if container.waiting_reason == "CrashLoopBackOff":
+            last = container.last_terminated_reason or "unknown"
+            code = container.last_terminated_exit_code
+            detail = (
+                f"container {container.name} is in CrashLoopBackOff after "
+                f"{container.restart_count} restarts; last exit: {last}"
+                + (f" (exit code {code})" if code is not None else "")
+            )
+            return PodProblem(Reason.CRASH_LOOP, detail)
+        if container.waiting_reason in CONTAINER_ERROR_REASONS:
+            detail = (
+                f"container {container.name}: {container.waiting_reason}: "
+                f"{container.waiting_message or ''}"
+            )
+            return PodProblem(ExtraReason.CONTAINER_ERROR, detail.rstrip(": "))
+    return None
+
+
+#: Which problem to report when pods have different ones: the one a user must act on first.
+_PROBLEM_ORDER = (
+    Reason.UNSCHEDULABLE,
+    Reason.IMAGE_PULL_ERROR,
+    ExtraReason.CONTAINER_ERROR,
+    Reason.CRASH_LOOP,
+)
+#: Reasons that mean something is wrong (a Warning event, and the Ready reason when they hold a
+#: component down).
+PROBLEM_REASONS = frozenset(
+    {*_PROBLEM_ORDER, Reason.TRAINER_RESTARTING, Reason.WATCHDOG_CRASH_LOOP}
+)
+
+
+def worst_problem(pods: list[ObservedPod], *, what: str) -> PodProblem | None:
+    """The first problem in :data:`_PROBLEM_ORDER` among ``pods`` that are not ready, as
+    ``"<n> <what> pod(s) <reason>; <first pod>: <detail>"``."""
+    found = [(p, prob) for p in pods if not p.ready and (prob := pod_problem(p)) is not None]
+    for reason in _PROBLEM_ORDER:
+        hits = [(p, prob) for p, prob in found if prob.reason == reason]
+        if hits:
+            pod, prob = hits[0]
+            plural = "pod" if len(hits) == 1 else "pods"
+            return PodProblem(
+                reason, f"{len(hits)} {what} {plural} {reason}; {pod.name}: {prob.detail}"
+            )
+    return None
+
+
+# ---- component conditions -------------------------------------------------------------------
+
+
+def engines_verdict(job: AgentRLJob, observed: Observed, desired: int) -> _Verdict:
+    """EnginesReady while the job runs."""
+    if observed.engine_set is None:
+        return _Verdict("False", Reason.RECONCILING, "the engine StatefulSet is not created yet")
+    pods = observed.pods_of(Component.ENGINE)
+    ready = sum(p.ready for p in pods)
+    summary = f"{ready}/{desired} engines ready"
+    if ready >= desired:
+        return _Verdict("True", Reason.ENGINES_AVAILABLE, summary)
+    problem = worst_problem(pods, what="engine")
+    if problem is not None:
+        return _Verdict("False", problem.reason, f"{summary}: {problem.detail}")
+    starting = sum(p.phase == "Running" and not p.ready for p in pods)
+    detail = f" ({starting} loading the model or capturing graphs)" if starting else ""
+    return _Verdict("False", Reason.ENGINES_PROGRESSING, summary + detail)
+
+
+def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, workers: int) -> _Verdict:
+    """SandboxPoolReady while the job runs: rollout workers up, sandboxes schedulable."""
+    if observed.rollout is None:
+        return _Verdict("False", Reason.RECONCILING, "the rollout Deployment is not created yet")
+    pods = observed.pods_of(Component.ROLLOUT)
+    ready = sum(p.ready for p in pods)
+    summary = f"{ready}/{workers} rollout workers ready"
+    if ready < workers:
+        problem = worst_problem(pods, what="rollout")
+        if problem is not None:
+            return _Verdict("False", problem.reason, f"{summary}: {problem.detail}")
+        return _Verdict("False", Reason.ROLLOUT_PROGRESSING, summary)
+    sandboxes = observed.pods_of(Component.SANDBOX)
+    unschedulable = [
+        p for p in sandboxes if (prob := pod_problem(p)) and prob.reason == Reason.UNSCHEDULABLE
+    ]
+    if unschedulable:
+        problem = worst_problem(unschedulable, what="sandbox")
+        assert problem is not None
+        return _Verdict("False", Reason.UNSCHEDULABLE, f"{summary}: {problem.detail}")
+    concurrency = effective_concurrency(job)
+    if concurrency.limited_by is not None:
+        return _Verdict(
+            "True",
+            Reason.QUOTA_LIMITED,
+            f"{summary}; concurrency {concurrency.value} of {concurrency.desired} desired, "
+            f"limited by {concurrency.limited_by}",
+        )
+    return _Verdict("True", Reason.POOL_READY, f"{summary}; concurrency {concurrency.value}")
+
+
+def trainer_verdict(
+    job: AgentRLJob, observed: Observed, decision: trainer_restarts.TrainerRestartDecision
+) -> _Verdict:
+    """TrainerReady while the job runs."""
+    nodes = job.spec.trainer.nodes
+    limit = job.spec.trainer.backoff_limit
+    if decision.restarted or decision.delete_failed_job:
+        return _Verdict(
+            "False",
+            Reason.TRAINER_RESTARTING,
+            f"restarting from the last checkpoint (restart {decision.restarts} of {limit}) "
+            f"after: {decision.failure_message}",
+        )
+    if observed.trainer_job is None:
+        if decision.restarts > 0:
+            return _Verdict(
+                "False",
+                Reason.TRAINER_RESTARTING,
+                f"creating the trainer for restart {decision.restarts} of {limit}",
+            )
+        return _Verdict("False", Reason.TRAINER_PENDING, "the trainer Job is not created yet")
+    pods = observed.pods_of(Component.TRAINER)
+    running = sum(p.phase == "Running" and p.ready for p in pods)
+    summary = f"{running}/{nodes} trainer pods running"
+    if running >= nodes:
+        return _Verdict("True", Reason.TRAINER_RUNNING, summary)
+    problem = worst_problem(pods, what="trainer")
+    if problem is not None:
+        return _Verdict("False", problem.reason, f"{summary}: {problem.detail}")
+    return _Verdict("False", Reason.TRAINER_PENDING, summary)
+
+
+def _target_weight_version(progress: TrainerProgress | None) -> str | None:
+    return None if progress is None else progress.weight_version
+
+
+def weights_verdict(observed: Observed, progress: TrainerProgress | None) -> _Verdict:
+    """WeightsSynced: every ready engine serves the trainer's last pushed weights."""
+    target = _target_weight_version(progress)
+    if target is None:
+        return _Verdict(
+            "Unknown", ExtraReason.WEIGHT_VERSION_UNKNOWN, "the trainer has pushed no weights yet"
+        )
+    ready = [p for p in observed.pods_of(Component.ENGINE) if p.ready]
+    if not ready:
+        return _Verdict("Unknown", ExtraReason.WEIGHT_VERSION_UNKNOWN, "no engine is ready")
+    behind = [
+        f"{p.name} ({v})"
+        for p in ready
+        if (v := (p.watchdog.weight_version if p.watchdog else None) or "unknown") != target
+    ]
+    if behind:
+        return _Verdict(
+            "False",
+            ExtraReason.WEIGHTS_BEHIND,
+            f"{len(behind)} of {len(ready)} ready engines do not serve weight version {target}: "
+            + ", ".join(behind),
+        )
+    return _Verdict(
+        "True",
+        ExtraReason.WEIGHTS_CURRENT,
+        f"{len(ready)} ready engines serve weight version {target}",
+    )
+
+
+def degraded_verdict(observed: Observed) -> _Verdict:
+    """Degraded: an engine's watchdog tripped its crash-loop guard."""
+    looping = [
+        (p, p.watchdog)
+        for p in observed.pods_of(Component.ENGINE)
+        if p.watchdog and p.watchdog.crash_loop
+    ]
+    if not looping:
+        return _Verdict("False", ExtraReason.AS_EXPECTED, "no engine is crash-looping")
+    parts = []
+    for pod, report in looping:
+        part = f"{pod.name}: {report.restarts_in_window} restarts within the watchdog's window"
+        if report.last_fault is not None:
+            part += f"; last fault {report.last_fault.signature}: {report.last_fault.line}"
+        parts.append(part)
+    return _Verdict(
+        "True",
+        Reason.WATCHDOG_CRASH_LOOP,
+        "crash-loop guard tripped (HIP graphs stay on): " + "; ".join(parts),
+    )
+
+
+# ---- terminal state -------------------------------------------------------------------------
+
+
+def _condition(status: AgentRLJobStatus, type_: ConditionType) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_.value), None)
+
+
+def _is_true(status: AgentRLJobStatus, type_: ConditionType) -> bool:
+    cond = _condition(status, type_)
+    return cond is not None and cond.status == "True"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 status time → aware datetime (None passes through)."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(value: datetime) -> str:
+    """Aware datetime → RFC 3339 in UTC with second precision, as Kubernetes writes it."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminal(
+    job: AgentRLJob,
+    previous: AgentRLJobStatus,
+    observed: Observed,
+    decision: trainer_restarts.TrainerRestartDecision,
+    start_time: datetime | None,
+    now: datetime,
+) -> tuple[_Verdict, _Verdict] | None:
+    """(Complete, Failed) verdicts once the job has finished; None while it runs. Finished is
+    for good: a Complete or Failed job stays so."""
+    if _is_true(previous, ConditionType.COMPLETE) or _is_true(previous, ConditionType.FAILED):
+        kept = []
+        for type_ in (ConditionType.COMPLETE, ConditionType.FAILED):
+            cond = _condition(previous, type_)
+            kept.append(
+                _Verdict(cond.status, cond.reason, cond.message)
+                if cond is not None
+                else _Verdict("False", ExtraReason.NOT_FINISHED, "")
+            )
+        return kept[0], kept[1]
+    trainer_job = observed.trainer_job
+    if trainer_job is not None and trainer_job.complete and not job.spec.suspend:
+        done = _Verdict("True", Reason.TRAINER_SUCCEEDED, "the trainer finished all steps")
+        return done, _Verdict("False", Reason.TRAINER_SUCCEEDED, "the job completed")
+    if decision.fail_reason is not None:
+        limit = job.spec.trainer.backoff_limit
+        message = (
+            f"the trainer failed {decision.restarts + 1} times, past backoffLimit {limit}: "
+            f"{decision.failure_message}"
+            if decision.fail_reason == Reason.BACKOFF_LIMIT_EXCEEDED
+            else f"the trainer Job ran past its deadline: {decision.failure_message}"
+        )
+        return (
+            _Verdict("False", decision.fail_reason, message),
+            _Verdict("True", decision.fail_reason, message),
+        )
+    if deadline.deadline_exceeded(job, start_time, now):
+        message = (
+            f"the job ran longer than activeDeadlineSeconds ({job.spec.active_deadline_seconds} s)"
+        )
+        return (
+            _Verdict("False", Reason.DEADLINE_EXCEEDED, message),
+            _Verdict("True", Reason.DEADLINE_EXCEEDED, message),
+        )
+    return None
+
+
+# ---- assembly -------------------------------------------------------------------------------
+
+
+def _trainer_progress(observed: Observed) -> TrainerProgress | None:
+    """The driver's progress: from rank 0's pod, else any trainer pod that has one."""
+    pods = observed.pods_of(Component.TRAINER)
+    pods.sort(key=lambda p: p.annotations.get(ANNOTATION_JOB_COMPLETION_INDEX) != "0")
+    return next((p.progress for p in pods if p.progress is not None), None)
+
+
+def _sub_status(
+    job: AgentRLJob,
+    previous: AgentRLJobStatus,
+    observed: Observed,
+    decision: trainer_restarts.TrainerRestartDecision,
+    progress: TrainerProgress | None,
+    finished: bool,
+) -> tuple[EngineStatus, SandboxStatus, TrainerStatus, RolloutStatus]:
+    scale = workload_scale(job, finished=finished)
+    engine_pods = observed.pods_of(Component.ENGINE)
+    reports = [p.watchdog for p in engine_pods if p.watchdog is not None]
+    versions = [
+        int(r.weight_version) for r in reports if r.weight_version and r.weight_version.isdigit()
+    ]
+    engines = EngineStatus(
+        replicas=scale.engines,
+        ready=sum(p.ready for p in engine_pods),
+        restarts=sum(
+            c.restart_count for p in engine_pods for c in p.containers if c.name == "engine"
+        ),
+        faults=sum(r.faults for r in reports),
+        weight_version=min(versions) if versions else None,
+    )
+    sandboxes = observed.pods_of(Component.SANDBOX)
+    sandbox = SandboxStatus(
+        concurrency=scale.sandbox_concurrency,
+        desired=job.spec.sandbox.concurrency,
+        limited_by=scale.concurrency_limited_by,
+        ready=sum(p.ready for p in sandboxes),
+        # One sandbox per episode: every live sandbox pod is in use.
+        in_use=len(sandboxes),
+        selector=selector_string(sandbox_selector(job)),
+        last_scale_time=previous.sandbox.last_scale_time,
+        last_scale_reason=previous.sandbox.last_scale_reason,
+    )
+    trainer_pods = observed.pods_of(Component.TRAINER)
+    trainer = TrainerStatus(
+        step=progress.step if progress else previous.trainer.step,
+        last_checkpoint_step=(
+            progress.last_checkpoint_step if progress else previous.trainer.last_checkpoint_step
+        ),
+        restarts=decision.restarts,
+        active=sum(p.phase == "Running" for p in trainer_pods),
+    )
+    rollout = (
+        RolloutStatus(
+            trajectories_per_hour=progress.trajectories_per_hour,
+            mean_reward=progress.mean_reward,
+            pass_at_1=progress.pass_at_1,
+            infra_error_rate=progress.infra_error_rate,
+            truncated_rate=progress.truncated_rate,
+        )
+        if progress
+        else previous.rollout
+    )
+    return engines, sandbox, trainer, rollout
+
+
+def _ready_verdict(components: dict[ConditionType, _Verdict]) -> _Verdict:
+    down = {t: v for t, v in components.items() if v.status != "True"}
+    if not down:
+        return _Verdict("True", Reason.ALL_READY, "engines, sandbox pool and trainer are ready")
+    # The printer column shows Ready's reason: name the problem when there is one.
+    problems = [v.reason for v in down.values() if v.reason in PROBLEM_REASONS]
+    reason = problems[0] if problems else Reason.COMPONENTS_NOT_READY
+    return _Verdict("False", reason, "; ".join(f"{t.value}: {v.message}" for t, v in down.items()))
+
+
+def _verdicts(
+    job: AgentRLJob,
+    previous: AgentRLJobStatus,
+    observed: Observed,
+    decision: trainer_restarts.TrainerRestartDecision,
+    terminal: tuple[_Verdict, _Verdict] | None,
+    progress: TrainerProgress | None,
+) -> dict[ConditionType, _Verdict]:
+    suspended = job.spec.suspend
+    out: dict[ConditionType, _Verdict] = {}
+    if terminal is not None:
+        complete, failed = terminal
+        ending = complete if complete.status == "True" else failed
+        stopped = _Verdict(
+            "False", ExtraReason.JOB_FINISHED, "the job has finished: " + ending.message
+        )
+        components = dict.fromkeys(
+            (
+                ConditionType.ENGINES_READY,
+                ConditionType.SANDBOX_POOL_READY,
+                ConditionType.TRAINER_READY,
+            ),
+            stopped,
+        )
+        out[ConditionType.READY] = _Verdict("False", ending.reason, ending.message)
+    elif suspended:
+        off = _Verdict("False", Reason.SUSPENDED, "scaled to zero while the job is suspended")
+        components = dict.fromkeys(
+            (
+                ConditionType.ENGINES_READY,
+                ConditionType.SANDBOX_POOL_READY,
+                ConditionType.TRAINER_READY,
+            ),
+            off,
+        )
+        out[ConditionType.READY] = _Verdict("False", Reason.SUSPENDED, "the job is suspended")
+        complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is suspended")
+    else:
+        scale = workload_scale(job)
+        components = {
+            ConditionType.ENGINES_READY: engines_verdict(job, observed, scale.engines),
+            ConditionType.SANDBOX_POOL_READY: sandbox_pool_verdict(
+                job, observed, scale.rollout_workers
+            ),
+            ConditionType.TRAINER_READY: trainer_verdict(job, observed, decision),
+        }
+        out[ConditionType.READY] = _ready_verdict(components)
+        complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is running")
+    out.update(components)
+    out[ConditionType.WEIGHTS_SYNCED] = weights_verdict(observed, progress)
+    out[ConditionType.SUSPENDED] = _suspended_verdict(job, previous, observed)
+    out[ConditionType.COMPLETE] = complete
+    out[ConditionType.FAILED] = failed
+    out[ConditionType.DEGRADED] = degraded_verdict(observed)
+    return out
+
+
+def _suspended_verdict(job: AgentRLJob, previous: AgentRLJobStatus, observed: Observed) -> _Verdict:
+    if job.spec.suspend:
+        left = sum(
+            1
+            for c in (Component.ENGINE, Component.ROLLOUT, Component.TRAINER, Component.SANDBOX)
+            for _ in observed.pods_of(c)
+        )
+        tail = f" ({left} pods still terminating)" if left else ""
+        return _Verdict(
+            "True",
+            Reason.SUSPENDED,
+            "engines, rollout workers and sandboxes scaled to zero, trainer Job suspended" + tail,
+        )
+    if _is_true(previous, ConditionType.SUSPENDED):
+        return _Verdict("False", Reason.RESUMED, "the job was resumed")
+    prev = _condition(previous, ConditionType.SUSPENDED)
+    if prev is not None and prev.reason == Reason.RESUMED:
+        return _Verdict("False", Reason.RESUMED, prev.message)
+    return _Verdict("False", Reason.NOT_SUSPENDED, "the job is not suspended")
+
+
+def merge_condition(
+    previous: Condition | None,
+    type_: ConditionType,
+    verdict: _Verdict,
+    *,
+    generation: int,
+    now: datetime,
+) -> Condition:
+    """The new condition; ``lastTransitionTime`` is kept unless ``status`` flips."""
+    if previous is None or previous.status != verdict.status:
+        transition = format_time(now)
+    else:
+        transition = previous.last_transition_time
+    return Condition(
+        type=type_.value,
+        status=verdict.status,
+        reason=verdict.reason,
+        message=verdict.message,
+        observed_generation=generation,
+        last_transition_time=transition,
+    )
+
+
+def _event(previous: Condition | None, new: Condition) -> Event | None:
+    """The Event for one condition's transition, or None when it is not worth one."""
+    if previous is not None and (previous.status, previous.reason) == (new.status, new.reason):
+        return None
+    type_ = ConditionType(new.type)
+    if type_ in QUIET_CONDITIONS or new.reason == Reason.RECONCILING:
+        return None
+    if type_ in NEGATIVE_CONDITIONS:
+        if new.status == "True":
+            return Event(type="Warning", reason=new.reason, message=new.message)
+        if previous is not None and previous.status == "True":
+            return Event(type="Normal", reason=new.reason, message=new.message)
+        return None
+    if type_ is ConditionType.SUSPENDED:
+        if new.status == "True" or new.reason == Reason.RESUMED:
+            return Event(type="Normal", reason=new.reason, message=new.message)
+        return None
+    if new.status == "True":
+        return Event(type="Normal", reason=new.reason, message=new.message)
+    if new.reason in PROBLEM_REASONS and type_ is not ConditionType.READY:
+        return Event(type="Warning", reason=new.reason, message=f"{new.type}: {new.message}")
+    return None
+
+
+def compute_status(
+    job: AgentRLJob, observed: Observed, *, generation: int, now: datetime
+) -> StatusResult:
+    """The job's new status from its current one (``job.status``) and ``observed``."""
+    previous = job.status or AgentRLJobStatus()
+    decision = trainer_restarts.decide(
+        job, recorded_restarts=previous.trainer.restarts, observed=observed.trainer_job
+    )
+    prev_start = parse_time(previous.start_time)
+    terminal = _terminal(job, previous, observed, decision, prev_start, now)
+    finished = terminal is not None
+    # Like a Kubernetes Job: the clock (and activeDeadlineSeconds) restarts on resume.
+    if finished:
+        start_time = prev_start
+    elif job.spec.suspend:
+        start_time = None
+    else:
+        start_time = prev_start or now
+    completion = previous.completion_time or (format_time(now) if finished else None)
+    progress = _trainer_progress(observed)
+    verdicts = _verdicts(job, previous, observed, decision, terminal, progress)
+    conditions = []
+    events: list[Event] = []
+    for type_ in CONDITION_ORDER:
+        old = _condition(previous, type_)
+        cond = merge_condition(old, type_, verdicts[type_], generation=generation, now=now)
+        conditions.append(cond)
+        event = _event(old, cond)
+        if event is not None:
+            events.append(event)
+    if decision.restarted:
+        events.append(
+            Event(
+                type="Warning",
+                reason=Reason.TRAINER_RESTARTING,
+                message=f"trainer restart {decision.restarts} of "
+                f"{job.spec.trainer.backoff_limit} from the last checkpoint after: "
+                f"{decision.failure_message}",
+            )
+        )
+        # The restart event says it better than the TrainerReady transition would.
+        events = [
+            e for e in events if not e.message.startswith(f"{ConditionType.TRAINER_READY.value}:")
+        ]
+    engines, sandbox, trainer, rollout = _sub_status(
+        job, previous, observed, decision, progress, finished
+    )
+    status = AgentRLJobStatus(
+        observed_generation=generation,
+        conditions=conditions,
+        ready_reason=verdicts[ConditionType.READY].reason,
+        start_time=None if start_time is None else format_time(start_time),
+        completion_time=completion,
+        engines=engines,
+        sandbox=sandbox,
+        trainer=trainer,
+        rollout=rollout,
+    )
+    return StatusResult(status=status, events=events, trainer=decision, finished=finished)
+
+
+def invalid_spec_status(
+    job: AgentRLJob, message: str, *, generation: int, now: datetime
+) -> StatusResult:
+    """The status of a job whose spec the operator refuses (e.g. ``EngineFlagError``): Ready
+    False with reason InvalidSpec and the message naming the field; nothing else changes."""
+    previous = job.status or AgentRLJobStatus()
+    old = _condition(previous, ConditionType.READY)
+    ready = merge_condition(
+        old,
+        ConditionType.READY,
+        _Verdict("False", Reason.INVALID_SPEC, message),
+        generation=generation,
+        now=now,
+    )
+    others = [c for c in previous.conditions if c.type != ConditionType.READY.value]
+    status = previous.model_copy(
+        update={
+            "conditions": [ready, *others],
+            "ready_reason": Reason.INVALID_SPEC.value,
+            "observed_generation": generation,
+        }
+    )
+    changed = old is None or (old.reason, old.message) != (ready.reason, ready.message)
+    events = [Event(type="Warning", reason=Reason.INVALID_SPEC, message=message)] if changed else []
+    return StatusResult(
+        status=status,
+        events=events,
+        trainer=trainer_restarts.TrainerRestartDecision(restarts=previous.trainer.restarts),
+        finished=False,
+    )
+
+
+def status_body(status: AgentRLJobStatus) -> dict[str, object]:
+    """The status as written to the API server (camelCase, no nulls)."""
+    return status.to_manifest()
+
+
+def status_changed(old: AgentRLJobStatus | dict[str, object] | None, new: AgentRLJobStatus) -> bool:
+    """Whether writing ``new`` would change anything (minimal writes). ``old`` may be the raw
+    status from the API server."""
+    if old is None:
+        return True
+    old_model = old if isinstance(old, AgentRLJobStatus) else AgentRLJobStatus.model_validate(old)
+    return status_body(old_model) != status_body(new)

@@ -1,0 +1,163 @@
+"""``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes.
+
+Callers: the CLI root (``agentrl.cli`` names ``agentrl.rollout.cli:tasks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from agentrl.rollout.tasks import generate_toy_tasks, load_dataset
+
+
+@click.group()
+def tasks() -> None:
+    """Dataset tools: generate the bundled toy tasks, validate a dataset."""
+
+
+@tasks.command()
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the tasks as JSONL here (default: stdout).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the candidate edits' selection and order.",
+)
+@click.option(
+    "--repos",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write each task's repository (buggy) into DIR/<task id>/ to look at.",
+)
+def generate(out: Path | None, seed: int, repos: Path | None) -> None:
+    """Generate the bundled toy dataset (small Python repositories with real bugs and tests)."""
+    toy = generate_toy_tasks(seed)
+    lines = "".join(task.model_dump_json() + "\n" for task in toy)
+    if out is None:
+        sys.stdout.write(lines)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(lines, encoding="utf-8")
+        click.echo(f"wrote {len(toy)} tasks to {out}", err=True)
+    if repos is not None:
+        for task in toy:
+            for rel, content in task.files.items():
+                target = repos / task.id / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(content, encoding="utf-8")
+        click.echo(f"wrote {len(toy)} repositories under {repos}", err=True)
+
+
+@tasks.command()
+@click.argument("dataset")
+@click.option(
+    "--provider",
+    type=click.Choice(["local", "kubernetes", "e2b"]),
+    default="local",
+    show_default=True,
+    help="Where the sandboxes run.",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="AgentRLJob manifest whose spec.sandbox configures the provider.",
+)
+@click.option(
+    "--concurrency", type=int, default=4, show_default=True, help="Tasks validated at once."
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds for each setup, solution and test run.",
+)
+@click.option(
+    "--check-candidates/--no-check-candidates",
+    default=False,
+    show_default=True,
+    help="Toy tasks: also check that every decoy candidate edit scores 0.",
+)
+@click.option("--max-tasks", type=int, default=None, help="Validate only the first N tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report per task.")
+def validate(
+    dataset: str,
+    provider: str,
+    manifest: Path | None,
+    concurrency: int,
+    timeout: float,
+    check_candidates: bool,
+    max_tasks: int | None,
+    as_json: bool,
+) -> None:
+    """Check DATASET: each task's reference solution must score 1 and the untouched repository
+    0, in sandboxes. DATASET is a task JSONL file, a SWE-bench/SWE-smith JSONL file, a Harbor
+    task directory, or "toy" for the bundled set. Exits 1 when any task fails."""
+    import yaml
+
+    from agentrl.api import AgentRLJob
+    from agentrl.api.sandbox import SandboxSpec
+    from agentrl.rollout.validate import validate_dataset
+    from agentrl.sandbox import open_provider
+
+    if provider != "local" and manifest is None:
+        raise click.UsageError(
+            f"--provider {provider} needs --manifest: the job's spec.sandbox (and, for "
+            "kubernetes, its hardened pod template) configures the sandboxes"
+        )
+    items = generate_toy_tasks() if dataset == "toy" else load_dataset(dataset)
+    if max_tasks is not None:
+        items = items[:max_tasks]
+    if manifest is not None:
+        job = AgentRLJob.model_validate(yaml.safe_load(manifest.read_text(encoding="utf-8")))
+        sandbox_spec = job.spec.sandbox.model_copy(update={"provider": provider})
+    else:
+        job = None
+        sandbox_spec = SandboxSpec(provider=provider)  # type: ignore[arg-type]
+
+    async def run() -> list:  # type: ignore[type-arg]
+        sandboxes = open_provider(sandbox_spec, job=job)
+        try:
+            return await validate_dataset(
+                sandboxes,
+                items,
+                concurrency=concurrency,
+                timeout=timeout,
+                check_candidates=check_candidates,
+            )
+        finally:
+            await sandboxes.aclose()
+
+    reports = asyncio.run(run())
+    bad = [r for r in reports if not r.ok]
+    for report in reports:
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "task": report.task_id,
+                        "ok": report.ok,
+                        "checks": [c.model_dump() for c in report.checks],
+                    }
+                )
+            )
+        elif not report.ok:
+            for check in report.checks:
+                if check.problem is not None:
+                    click.echo(f"FAIL {report.task_id} [{check.variant}]: {check.problem}")
+    click.echo(f"{len(reports) - len(bad)}/{len(reports)} tasks valid", err=True)
+    if bad:
+        raise SystemExit(1)

@@ -1,0 +1,248 @@
+"""The rollout scheduler: keeps ``spec.sandbox.concurrency`` episodes in flight and hands
+finished trajectories to whoever trains on them.
+
+* Concurrency is live: :meth:`RolloutScheduler.set_concurrency` raises it (more episodes start at
+  once) or lowers it (running episodes finish; fewer are admitted). Nothing is ever killed to
+  honour a lower number. The effective number is ``min(configured, provider limit)`` (E2B's plan
+  limit), and both are exported.
+* Every episode start goes through admission control (:mod:`agentrl.rollout.admission`): the
+  trainer's staleness bound holds new episodes back, it never throws finished ones away.
+* Episodes of a task start as a GRPO group (``rollout.groupSize`` episodes, one ``group_id``);
+  each is admitted on its own, so a group never waits for a free block of slots.
+* Admission runs in its own task and finished trajectories go to an unbounded queue, so a slow
+  consumer never lowers achieved concurrency (the staleness bound is the backpressure).
+* The long-tail figure is computed per batch of ``trainer.trajectoriesPerStep`` episodes in
+  admission order.
+
+Callers: ``agentrl run`` (the trainer's local loop), rollout workers on a cluster, the benchmark
+and ``agentrl tasks validate``'s sibling tooling. Typical use::
+
+    async with RolloutScheduler(runner=runner, tasks=tasks, concurrency=64,
+                                group_size=8, admission=admission) as scheduler:
+        async for trajectory in scheduler.trajectories():
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+from agentrl.api.rollout import ClassAction, TerminalClass
+from agentrl.rollout import metrics
+from agentrl.rollout.admission import Admission, OpenAdmission
+from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Batch:
+    size: int
+    started_at: float
+    finishes: list[float] = field(default_factory=list)
+
+
+def _episodes(tasks: Iterable[Task], group_size: int) -> Iterator[tuple[Task, str]]:
+    for number, task in enumerate(tasks):
+        group_id = f"{task.id}#{number}"
+        for _ in range(group_size):
+            yield task, group_id
+
+
+class RolloutScheduler:
+    """Admits episodes up to the concurrency in effect and collects their trajectories."""
+
+    def __init__(
+        self,
+        *,
+        runner: EpisodeRunner,
+        tasks: Iterable[Task],
+        concurrency: int,
+        group_size: int = 1,
+        admission: Admission | None = None,
+        provider_limit: int | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        if concurrency < 0:
+            raise ValueError("concurrency must be ≥ 0")
+        self.runner = runner
+        self.admission: Admission = admission or OpenAdmission()
+        self.provider_limit = provider_limit
+        """The provider's own limit on live sandboxes (E2B plan), or None."""
+        self.batch_size = batch_size
+        """Episodes per long-tail batch (``trainer.trajectoriesPerStep``); None disables it."""
+        self._episodes = _episodes(tasks, group_size)
+        self._next: tuple[Task, str] | None = None
+        self._exhausted = False
+        self._concurrency = concurrency
+        self._running: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._results: asyncio.Queue[Trajectory | None] = asyncio.Queue()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._admitted = itertools.count()
+        self._batches: dict[int, _Batch] = {}
+        self.long_tail_shares: list[float] = []
+        """Long-tail share of each completed batch, in batch order."""
+        self.peak_in_flight = 0
+        """Most episodes ever in flight at once (the invariant tests assert on it)."""
+        self.admission.subscribe(self._wake.set)
+        self._export()
+
+    # -- the knobs ---------------------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """Configured episodes in flight."""
+        return self._concurrency
+
+    @property
+    def effective_concurrency(self) -> int:
+        """``min(configured, provider limit)``."""
+        if self.provider_limit is None:
+            return self._concurrency
+        return min(self._concurrency, self.provider_limit)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Follow a change of ``spec.sandbox.concurrency`` (``kubectl scale``, autoscaler).
+        Raising starts more episodes now; lowering lets running ones finish."""
+        if concurrency < 0:
+            raise ValueError("concurrency must be ≥ 0")
+        if concurrency != self._concurrency:
+            logger.info("rollout concurrency %d -> %d", self._concurrency, concurrency)
+        self._concurrency = concurrency
+        self._export()
+        self._wake.set()
+
+    def _export(self) -> None:
+        metrics.CONCURRENCY_CONFIGURED.set(self._concurrency)
+        metrics.CONCURRENCY_EFFECTIVE.set(self.effective_concurrency)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start admitting episodes (idempotent)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._admit_loop(), name="rollout-admission")
+
+    def stop(self) -> None:
+        """Admit no more episodes; running ones finish and are still yielded."""
+        self._stopping = True
+        self._wake.set()
+
+    async def cancel(self) -> None:
+        """Emergency stop: cancel running episodes (their sandboxes are closed) and wait."""
+        self.stop()
+        for task in list(self._running):
+            task.cancel()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            await self.cancel()
+            return
+        self.stop()
+        if self._loop_task is not None:
+            await self._loop_task
+
+    async def trajectories(self) -> AsyncIterator[Trajectory]:
+        """Finished trajectories in finishing order, until the task source is exhausted (or
+        :meth:`stop` was called) and nothing is left running."""
+        self.start()
+        while True:
+            item = await self._results.get()
+            if item is None:
+                return
+            yield item
+
+    # -- the admission loop ------------------------------------------------------------------
+
+    def _peek(self) -> tuple[Task, str] | None:
+        if self._next is None and not self._exhausted:
+            self._next = next(self._episodes, None)
+            if self._next is None:
+                self._exhausted = True
+        return self._next
+
+    async def _admit_loop(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                while not self._stopping and len(self._running) < self.effective_concurrency:
+                    item = self._peek()
+                    if item is None:
+                        break
+                    version = self.admission.try_admit()
+                    if version is None:
+                        break
+                    self._next = None
+                    self._launch(item[0], item[1], version)
+                if (self._stopping or self._exhausted) and not self._running:
+                    break
+                await self._wake.wait()
+        finally:
+            self._results.put_nowait(None)
+
+    def _launch(self, task: Task, group_id: str, version: int) -> None:
+        sequence = next(self._admitted)
+        if self.batch_size:
+            index = sequence // self.batch_size
+            if index not in self._batches:
+                self._batches[index] = _Batch(size=self.batch_size, started_at=time.monotonic())
+        else:
+            index = -1
+        job = asyncio.create_task(self._episode(task, group_id, version, index))
+        self._running.add(job)
+        # A done-callback, not code inside the episode: a task cancelled before it ever ran
+        # must leave the running set too, or the admission loop would wait for it forever.
+        job.add_done_callback(self._episode_done)
+        self.peak_in_flight = max(self.peak_in_flight, len(self._running))
+
+    def _episode_done(self, job: asyncio.Task[None]) -> None:
+        self._running.discard(job)
+        self._wake.set()
+
+    async def _episode(self, task: Task, group_id: str, version: int, batch: int) -> None:
+        trajectory = await self.runner.run(task, group_id=group_id, policy_version=version)
+        if (
+            trajectory.terminal_class == TerminalClass.INFRA_ERROR
+            or trajectory.training_action == ClassAction.DROP
+        ):
+            self.admission.release()
+        self._finish_batch(batch)
+        self._results.put_nowait(trajectory)
+
+    def _finish_batch(self, index: int) -> None:
+        batch = self._batches.get(index)
+        if batch is None:
+            return
+        batch.finishes.append(time.monotonic())
+        if len(batch.finishes) == batch.size:
+            share = metrics.long_tail_share(batch.started_at, batch.finishes)
+            self.long_tail_shares.append(share)
+            metrics.LONG_TAIL_SHARE.set(share)
+            metrics.LONG_TAIL_SHARE_HISTOGRAM.observe(share)
+            del self._batches[index]

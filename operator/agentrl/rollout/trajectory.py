@@ -1,0 +1,120 @@
+"""The one type that crosses from the rollout tier to the trainer: :class:`Trajectory`.
+
+A trajectory carries the exact token ids the engine saw and produced (no re-tokenisation), the
+engine's logprob of every generated token, a loss mask (1 on generated tokens, 0 on prompt and
+tool observations), the verifier's reward, exactly one terminal class, which cap truncated it,
+timings, and the policy version it started under (for staleness accounting and off-policy
+correction). ``training_action`` says what the failure policy does with it; infra errors are
+always ``drop`` and never carry a reward.
+
+Callers: :mod:`agentrl.rollout.episode` builds trajectories; the scheduler yields them; the
+trainer consumes them (``agentrl.trainer``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field, model_validator
+
+from agentrl.api.rollout import ClassAction, FailurePolicy, TerminalClass
+
+
+class TruncationCap(StrEnum):
+    """Which cap truncated an episode."""
+
+    TURNS = "turns"
+    """``rollout.maxTurns`` LLM calls without a submit."""
+    TRAJECTORY_TOKENS = "trajectory_tokens"
+    """``rollout.maxTrajectoryTokens`` (or the engine's ``contextLength``, whichever is lower)."""
+
+
+class Timings(BaseModel):
+    """Where an episode's wall time went (seconds; ``started_at``/``finished_at`` are Unix)."""
+
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    sandbox_startup_seconds: float = 0.0
+    llm_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    verifier_seconds: float = 0.0
+
+    @property
+    def total_seconds(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+
+class TurnRecord(BaseModel):
+    """One agent turn, for logs and debugging (not used by the loss)."""
+
+    action: str
+    """The tool call as the agent wrote it (first line, or name + JSON arguments)."""
+    observation: str
+    """What the agent was shown back (after the tool output cap)."""
+    generated_tokens: int = 0
+    finish_reason: str = ""
+    engine: str = ""
+    weight_version: str | None = None
+
+
+class Trajectory(BaseModel):
+    """One finished episode attempt, ready for the trainer (or for the drop log)."""
+
+    episode_id: str
+    task_id: str
+    group_id: str
+    """Episodes of one task started together form a GRPO group."""
+    attempt: int = 0
+    """Infra-error retries before this attempt (0 = first try)."""
+    policy_version: int
+    """Trainer step whose weights the engines served when the episode was admitted."""
+    terminal_class: TerminalClass
+    truncation: TruncationCap | None = None
+    """Set exactly when ``terminal_class`` is ``truncated``."""
+    reward: float | None = None
+    """Verifier reward; ``None`` for infra errors (never scored)."""
+    training_action: ClassAction = ClassAction.TRAIN
+    """What the failure policy does with this trajectory."""
+    infra_reason: str | None = None
+    """Why an infra error happened (logged when it is dropped)."""
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    """Engine logprob per token; 0.0 where ``loss_mask`` is 0."""
+    loss_mask: list[int] = Field(default_factory=list)
+    prompt_length: int = 0
+    """Tokens before the first generated token."""
+    token_level: bool = True
+    """False for chat-API episodes, which carry messages but no token ids to train on."""
+    weight_versions: list[str] = Field(default_factory=list)
+    """Weight versions the engines reported, one per turn (several after a mid-episode sync)."""
+    turns: list[TurnRecord] = Field(default_factory=list)
+    timings: Timings = Field(default_factory=Timings)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Trajectory:
+        if not (len(self.token_ids) == len(self.logprobs) == len(self.loss_mask)):
+            raise ValueError("token_ids, logprobs and loss_mask must have the same length")
+        if (self.truncation is not None) != (self.terminal_class == TerminalClass.TRUNCATED):
+            raise ValueError("truncation is set exactly for truncated trajectories")
+        if self.terminal_class == TerminalClass.INFRA_ERROR and self.reward is not None:
+            raise ValueError("an infra error never carries a reward")
+        return self
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def training_action(terminal: TerminalClass, policy: FailurePolicy) -> ClassAction:
+    """What the failure policy does with an episode that ended in ``terminal``."""
+    if terminal == TerminalClass.COMPLETED:
+        return ClassAction.TRAIN
+    if terminal == TerminalClass.TRUNCATED:
+        return policy.truncated
+    if terminal == TerminalClass.AGENT_TIMEOUT:
+        return policy.agent_timeout
+    return ClassAction.DROP  # infra errors are never trained on

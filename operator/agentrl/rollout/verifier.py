@@ -1,0 +1,167 @@
+"""The verifier: after submit (or a cap), run the task's tests and turn them into a reward.
+
+``tests`` tasks (toy, SWE-bench): the test files are written again (or the test patch applied to
+pristine test files), the test command runs, its log is parsed per test, and the reward is 1 when
+every FAIL_TO_PASS and PASS_TO_PASS test passed, else 0 (a test missing from the log failed).
+``reward_file`` tasks (Harbor): the test directory is copied in, ``test.sh`` runs, and the reward
+is read from the file it wrote.
+
+Failing tests, broken code, and tests that hang past the verifier timeout are the policy's doing:
+reward 0. The verifier *crashing* (the test patch does not apply to pristine files, the reward
+file is missing or unreadable, the sandbox fails) raises :class:`VerifierError` or a
+:class:`~agentrl.sandbox.errors.SandboxError`: an infra error, never a reward.
+
+Callers: :mod:`agentrl.rollout.episode` and :mod:`agentrl.rollout.validate`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+
+from pydantic import BaseModel, Field
+
+from agentrl.rollout import metrics
+from agentrl.rollout.tasks.model import NamedTestsVerification, RewardFileVerification, Task
+from agentrl.rollout.tasks.swebench import touched_files
+from agentrl.sandbox.provider import Sandbox
+
+#: Where the test patch is written before ``git apply`` (outside the repository).
+TEST_PATCH_PATH = "/tmp/agentrl_test.patch"
+
+_PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S.*?)(?:\s+-\s+.*)?$")
+_DJANGO_LINE = re.compile(r"^(\S+ \([^)]+\)) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure)$")
+
+
+class VerifierError(Exception):
+    """The verifier could not produce a reward: an infra error."""
+
+
+class VerifierResult(BaseModel):
+    """A reward and the evidence for it."""
+
+    reward: float
+    statuses: dict[str, str] = Field(default_factory=dict)
+    """Per-test status parsed from the log (``tests`` tasks)."""
+    failing: list[str] = Field(default_factory=list)
+    """FAIL_TO_PASS/PASS_TO_PASS tests that did not pass."""
+    timed_out: bool = False
+    output_tail: str = ""
+    seconds: float = 0.0
+
+
+def parse_pytest_log(log: str) -> dict[str, str]:
+    """Per-test status from ``pytest -rA`` output: ``{"tests/t.py::test_x": "PASSED", ...}``."""
+    statuses: dict[str, str] = {}
+    for line in log.splitlines():
+        match = _PYTEST_LINE.match(line.strip())
+        if match:
+            statuses[match.group(2)] = match.group(1)
+    return statuses
+
+
+def parse_django_log(log: str) -> dict[str, str]:
+    """Per-test status from Django's runner at ``--verbosity 2`` (``PASSED``/``FAILED``/...)."""
+    names = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "expected failure": "XFAIL"}
+    statuses: dict[str, str] = {}
+    for line in log.splitlines():
+        match = _DJANGO_LINE.match(line.strip())
+        if match:
+            word = match.group(2)
+            statuses[match.group(1)] = "SKIPPED" if word.startswith("skipped") else names[word]
+    return statuses
+
+
+def score_tests(
+    verification: NamedTestsVerification, statuses: dict[str, str]
+) -> tuple[float, list[str]]:
+    """Reward 1.0 when every required test passed, with the list of those that did not."""
+    required = [*verification.fail_to_pass, *verification.pass_to_pass]
+    failing = [t for t in required if statuses.get(t) not in ("PASSED", "XFAIL")]
+    return (0.0 if failing else 1.0), failing
+
+
+def parse_reward(text: str, path: str) -> float:
+    """A reward file's value: a float (``reward.txt``) or ``{"reward": x}`` JSON."""
+    stripped = text.strip()
+    if not stripped:
+        raise VerifierError(f"reward file {path} is empty")
+    if path.endswith(".json"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise VerifierError(f"reward file {path} is not JSON: {exc}") from exc
+        value = data.get("reward") if isinstance(data, dict) else data
+        if not isinstance(value, int | float):
+            raise VerifierError(f"reward file {path} has no numeric 'reward'")
+        return float(value)
+    try:
+        return float(stripped)
+    except ValueError as exc:
+        raise VerifierError(f"reward file {path} is not a number: {stripped[:80]!r}") from exc
+
+
+async def _verify_tests(
+    sandbox: Sandbox, verification: NamedTestsVerification, timeout: float
+) -> VerifierResult:
+    for path, content in verification.test_files.items():
+        await sandbox.write_file(path, content)
+    if verification.test_patch:
+        files = touched_files(verification.test_patch)
+        await sandbox.write_file(TEST_PATCH_PATH, verification.test_patch)
+        # Put the test files back to the base commit first, so an agent's edits to them
+        # neither block the patch nor survive it (the SWE-bench harness does the same).
+        quoted = " ".join(shlex.quote(f) for f in files)
+        prepared = await sandbox.exec(
+            f"git checkout -q HEAD -- {quoted} 2>/dev/null; git apply {TEST_PATCH_PATH}",
+            timeout=timeout,
+        )
+        if prepared.exit_code != 0:
+            raise VerifierError(f"test patch does not apply: {prepared.output[-500:]}")
+    result = await sandbox.exec(verification.test_command, timeout=timeout)
+    parser = parse_django_log if verification.log_format == "django" else parse_pytest_log
+    statuses = parser(result.output)
+    reward, failing = score_tests(verification, statuses)
+    return VerifierResult(
+        reward=reward,
+        statuses=statuses,
+        failing=failing,
+        timed_out=result.timed_out,
+        output_tail=result.output[-2000:],
+    )
+
+
+async def _verify_reward_file(
+    sandbox: Sandbox, verification: RewardFileVerification, timeout: float
+) -> VerifierResult:
+    for path, content in verification.files.items():
+        await sandbox.write_file(path, content)
+    limit = min(timeout, verification.timeout_seconds or timeout)
+    result = await sandbox.exec(verification.command, timeout=limit)
+    if result.timed_out:
+        return VerifierResult(reward=0.0, timed_out=True, output_tail=result.output[-2000:])
+    for path in verification.reward_paths:
+        try:
+            text = (await sandbox.read_file(path)).decode(errors="replace")
+        except FileNotFoundError:
+            continue
+        return VerifierResult(reward=parse_reward(text, path), output_tail=result.output[-2000:])
+    raise VerifierError(
+        f"the test script wrote no reward file ({', '.join(verification.reward_paths)}); "
+        f"exit code {result.exit_code}: {result.output[-300:]}"
+    )
+
+
+async def verify(sandbox: Sandbox, task: Task, *, timeout: float) -> VerifierResult:
+    """Run the task's tests in ``sandbox`` and score them."""
+    start = time.monotonic()
+    verification = task.verification
+    if isinstance(verification, NamedTestsVerification):
+        result = await _verify_tests(sandbox, verification, timeout)
+    else:
+        result = await _verify_reward_file(sandbox, verification, timeout)
+    seconds = time.monotonic() - start
+    metrics.VERIFIER_SECONDS.observe(seconds)
+    return result.model_copy(update={"seconds": seconds})

@@ -1,0 +1,95 @@
+"""Sandboxes: one small async interface, providers chosen by ``spec.sandbox.provider``.
+
+``local`` (Linux namespaces on this machine), ``kubernetes`` (a pod per episode), ``e2b`` (cloud
+microVMs) and ``fake`` (in memory, for tests). :func:`open_provider` builds one from the spec and
+wraps it in the metrics recorder; provider modules are imported only when chosen.
+
+Callers: rollout workers, ``agentrl run``, ``agentrl tasks validate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.api.quantities import parse_quantity
+from agentrl.api.sandbox import SandboxProvider as ProviderName
+from agentrl.api.sandbox import SandboxSpec
+from agentrl.sandbox.errors import (
+    SandboxCreateError,
+    SandboxError,
+    SandboxExecError,
+    SandboxFileError,
+    SandboxGone,
+    SandboxRateLimited,
+)
+from agentrl.sandbox.metrics import InstrumentedProvider
+from agentrl.sandbox.provider import ExecResult, Sandbox, SandboxProvider, SandboxRequest
+
+__all__ = [
+    "ExecResult",
+    "InstrumentedProvider",
+    "Sandbox",
+    "SandboxCreateError",
+    "SandboxError",
+    "SandboxExecError",
+    "SandboxFileError",
+    "SandboxGone",
+    "SandboxProvider",
+    "SandboxRateLimited",
+    "SandboxRequest",
+    "open_provider",
+]
+
+
+def open_provider(
+    spec: SandboxSpec,
+    *,
+    job: Any = None,
+    namespace: str | None = None,
+    worker_id: str = "local",
+    kubeconfig: str | None = None,
+) -> InstrumentedProvider:
+    """The provider ``spec.provider`` names, configured from the spec and instrumented.
+
+    ``kubernetes`` needs the job (its hardened pod template) and the namespace; ``worker_id`` is
+    the rollout worker's stable name (its pod name), used to reap pods after a crash.
+    """
+    provider: SandboxProvider
+    if spec.provider == ProviderName.LOCAL:
+        from agentrl.sandbox.local import LocalProvider
+
+        provider = LocalProvider(
+            memory_bytes=int(parse_quantity(spec.memory)),
+            max_file_bytes=int(parse_quantity(spec.ephemeral_storage)),
+        )
+    elif spec.provider == ProviderName.E2B:
+        from agentrl.sandbox.e2b import E2BProvider
+
+        if spec.e2b is None:
+            raise ValueError("spec.sandbox.e2b is required for provider e2b")
+        provider = E2BProvider(
+            template=spec.e2b.template,
+            max_concurrent=spec.e2b.max_concurrent,
+            max_creates_per_second=spec.e2b.max_creates_per_second,
+            sandbox_timeout_seconds=spec.e2b.timeout_seconds,
+            domain=spec.e2b.domain,
+        )
+    else:
+        from agentrl.sandbox.kubernetes import (
+            KubeApiTransport,
+            KubernetesProvider,
+            template_from_job,
+        )
+
+        if job is None:
+            raise ValueError("provider kubernetes needs the AgentRLJob (its sandbox pod template)")
+        ns = namespace or job.metadata.namespace or "default"
+        template, prefix = template_from_job(job, namespace=ns)
+        provider = KubernetesProvider(
+            transport=KubeApiTransport(ns, kubeconfig=kubeconfig),
+            pod_template=template,
+            name_prefix=prefix,
+            worker_id=worker_id,
+            creates_per_second=spec.max_creates_per_second,
+        )
+    return InstrumentedProvider(provider)

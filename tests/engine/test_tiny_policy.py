@@ -1,0 +1,66 @@
+"""The word tokenizer and the tiny policy's causal features."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.engine import tiny
+from agentrl.engine.tokenizer import get_tokenizer
+
+
+def test_tool_calls_round_trip_through_the_word_tokenizer() -> None:
+    tok = get_tokenizer()
+    for text in ("apply off_by_one", "run_tests", "view core.py", "submit"):
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_unknown_words_go_to_a_stable_hash_bucket_not_to_unk() -> None:
+    tok = get_tokenizer()
+    a, b = tok.encode("window_sums"), tok.encode("window_sums")
+    assert a == b and tok.is_hashed(a[0]) and a[0] != tok.unk_id
+
+
+def test_the_chat_template_writes_role_markers_and_a_generation_prompt() -> None:
+    tok = get_tokenizer()
+    ids = tok.apply_chat_template([{"role": "user", "content": "submit"}])
+    expected = [tok.bos_id, tok.role_ids["user"], tok.token_id("submit"),
+                tok.role_ids["assistant"]]
+    assert ids == expected
+
+
+def test_features_of_an_assistant_token_use_the_last_observation_only() -> None:
+    tok = get_tokenizer()
+    ids = [
+        tok.bos_id, tok.role_ids["user"], tok.token_id("fix"),          # 0..2
+        tok.role_ids["assistant"], tok.token_id("run_tests"), tok.eos_id,  # 3..5
+        tok.role_ids["tool"], tok.token_id("None"), tok.token_id("None"),  # 6..8
+        tok.role_ids["assistant"], tok.token_id("apply"),                  # 9..10
+    ]  # fmt: skip
+    rows = tiny.step_features(ids, 4, 11)
+    # token 4 answers the user message; token 10 answers the tool output (distinct ids)
+    assert rows.obs_ids[0] == [tok.token_id("fix")]
+    assert rows.obs_ids[-1] == [tok.token_id("None")]
+    assert rows.positions[0] == 0 and rows.positions[-1] == 0 and rows.positions[1] == 1
+    assert rows.prev_ids[-1] == tok.role_ids["assistant"]
+
+
+@pytest.mark.slow
+def test_the_initial_policy_writes_well_formed_calls_whatever_it_reads() -> None:
+    tok = get_tokenizer()
+    model = tiny.initial_policy(0, steps=150)
+    prompt = tok.apply_chat_template([{"role": "tool", "content": "AssertionError got None"}])
+    with torch.no_grad():
+        logits = model(tiny.step_features(prompt, len(prompt), len(prompt) + 1))
+    probs = torch.softmax(logits[0], -1)
+    tools = sum(float(probs[tok.token_id(w)]) for w in ("run_tests", "apply", "submit", "view",
+                                                         "bash"))
+    assert tools > 0.9  # the first word of a reply is a tool word
+
+
+def test_saved_weights_load_back_identically(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = tiny.new_policy(3, dim=8)
+    tiny.save_policy(model, tmp_path / "w")
+    loaded = tiny.load_policy(tmp_path / "w")
+    for a, b in zip(model.parameters(), loaded.parameters()):
+        assert torch.equal(a, b)

@@ -1,0 +1,136 @@
+"""The sandbox pod template and the sandbox NetworkPolicy."""
+
+from __future__ import annotations
+
+from agentrl.reconcile import sandbox
+from agentrl.reconcile.context import BuildContext
+from tests.factories import make_job
+
+
+def _job(**sandbox_fields):
+    return (
+        make_job("swe", "rl")
+        .with_uid("u-7")
+        .with_sandbox(cpu="1", memory="2Gi", ephemeralStorage="5Gi", **sandbox_fields)
+        .with_spec("sandbox.startupTimeoutSeconds", 120)
+        .with_spec("rollout.episodeTimeoutSeconds", 1800)
+        .with_spec("rollout.llmTimeoutSeconds", 600)
+        .with_spec("rollout.verifierTimeoutSeconds", 600)
+        .obj()
+    )
+
+
+def test_sandbox_pod_is_hardened_and_owned_by_the_job():
+    job = _job()
+    pod = sandbox.sandbox_pod(
+        job, BuildContext.for_job(job), pod_name="swe-sbx-abc123def456", image="task:1"
+    )
+    assert pod["metadata"]["name"] == "swe-sbx-abc123def456"
+    assert pod["metadata"]["namespace"] == "rl"
+    assert pod["metadata"]["labels"]["agentrl.dev/job"] == "swe"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "sandbox"
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "agentrl.dev/v1alpha1",
+            "kind": "AgentRLJob",
+            "name": "swe",
+            "uid": "u-7",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    assert spec["restartPolicy"] == "Never"
+    # 120 s startup + 1800 s episode + 600 s verifier = 2520 s.
+    assert spec["activeDeadlineSeconds"] == 2520
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert "runtimeClassName" not in spec
+    (container,) = spec["containers"]
+    assert container["image"] == "task:1"
+    assert container["command"] == ["sleep", "infinity"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    limits = {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"}
+    assert container["resources"] == {"requests": limits, "limits": limits}
+
+
+def test_sandbox_pod_uses_the_runtime_class_and_default_image_when_set():
+    job = _job(runtimeClassName="gvisor", image="python:3.12-slim", nodeSelector={"pool": "cpu"})
+    pod = sandbox.sandbox_pod(job, BuildContext.for_job(job), pod_name="swe-sbx-x")
+    assert pod["spec"]["runtimeClassName"] == "gvisor"
+    assert pod["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert pod["spec"]["containers"][0]["image"] == "python:3.12-slim"
+
+
+def test_sandbox_pod_pulls_task_images_with_the_datasets_secrets():
+    job = make_job("swe").with_spec("dataset.imagePullSecrets", ["hub"]).obj()
+    pod = sandbox.sandbox_pod(job, BuildContext.for_job(job), pod_name="swe-sbx-x")
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "hub"}]
+
+
+def test_network_policy_denies_everything_by_default():
+    job = _job()
+    policy = sandbox.network_policy(job, BuildContext.for_job(job))
+    assert (policy["apiVersion"], policy["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    assert policy["metadata"]["name"] == "swe-sandbox"
+    assert policy["spec"] == {
+        "podSelector": {
+            "matchLabels": {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "sandbox"}
+        },
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+
+
+def test_allow_internet_opens_dns_and_public_addresses_only():
+    job = _job(allowInternet=True)
+    egress = sandbox.network_policy(job, BuildContext.for_job(job))["spec"]["egress"]
+    assert egress == [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                    },
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        },
+        {
+            "to": [
+                {
+                    "ipBlock": {
+                        "cidr": "0.0.0.0/0",
+                        "except": [
+                            "10.0.0.0/8",
+                            "172.16.0.0/12",
+                            "192.168.0.0/16",
+                            "169.254.0.0/16",
+                            "100.64.0.0/10",
+                        ],
+                    }
+                }
+            ]
+        },
+    ]
+
+
+def test_sandbox_pod_labels_match_the_network_policy_selector():
+    job = _job()
+    ctx = BuildContext.for_job(job)
+    labels = sandbox.sandbox_pod(job, ctx, pod_name="swe-sbx-x")["metadata"]["labels"]
+    selector = sandbox.network_policy(job, ctx)["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= labels.items()

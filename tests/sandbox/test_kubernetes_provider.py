@@ -1,0 +1,161 @@
+"""The kubernetes provider's lifecycle against a fake API transport: pods from the job's
+hardened template, labelled for reaping, waited for, exec'd into and deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from agentrl.api import AgentRLJob
+from agentrl.sandbox.errors import SandboxCreateError
+from agentrl.sandbox.kubernetes import (
+    EPISODE_LABEL,
+    WORKER_LABEL,
+    KubernetesProvider,
+    template_from_job,
+)
+from agentrl.sandbox.provider import SandboxRequest
+
+
+class FakeTransport:
+    """Records calls; pods become Running after ``pending_polls`` polls."""
+
+    namespace = "ns"
+
+    def __init__(self, *, pending_polls: int = 1, fail_phase: str | None = None) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.polls: dict[str, int] = {}
+        self.pending_polls = pending_polls
+        self.fail_phase = fail_phase
+        self.deleted: list[str] = []
+        self.execs: list[tuple[str, list[str]]] = []
+        self.exec_answer: tuple[bytes, bytes, int] = (b"", b"", 0)
+
+    async def create_pod(self, manifest: dict[str, Any]) -> None:
+        self.pods[manifest["metadata"]["name"]] = manifest
+
+    async def pod_phase(self, name: str) -> tuple[str, str]:
+        self.polls[name] = self.polls.get(name, 0) + 1
+        if self.fail_phase is not None:
+            return self.fail_phase, "ErrImagePull: not found"
+        return ("Running", "") if self.polls[name] > self.pending_polls else ("Pending", "")
+
+    async def exec(self, name: str, argv: list[str], *, timeout: float) -> tuple[bytes, bytes, int]:
+        self.execs.append((name, argv))
+        return self.exec_answer
+
+    async def delete_pod(self, name: str) -> None:
+        self.deleted.append(name)
+        self.pods.pop(name, None)
+
+    async def delete_pods(self, selector: Mapping[str, str]) -> int:
+        doomed = [
+            n
+            for n, p in self.pods.items()
+            if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())
+        ]
+        for name in doomed:
+            await self.delete_pod(name)
+        return len(doomed)
+
+    async def close(self) -> None:
+        return None
+
+
+def job() -> AgentRLJob:
+    return AgentRLJob.model_validate(
+        {
+            "apiVersion": "agentrl.dev/v1alpha1",
+            "kind": "AgentRLJob",
+            "metadata": {"name": "swe", "namespace": "ns"},
+            "spec": {
+                "model": {"source": {"path": "tiny"}},
+                "sandbox": {"cpu": "1", "memory": "2Gi"},
+            },
+        }
+    )
+
+
+def provider(transport: FakeTransport) -> KubernetesProvider:
+    template, prefix = template_from_job(job(), namespace="ns", uid="uid-1")
+    return KubernetesProvider(
+        transport=transport,
+        pod_template=template,
+        name_prefix=prefix,
+        worker_id="rollout-0",
+        creates_per_second=1000,
+        poll_seconds=0,
+    )
+
+
+async def test_a_sandbox_is_a_hardened_pod_labelled_with_its_worker_and_episode() -> None:
+    transport = FakeTransport()
+    sandbox = await provider(transport).create(SandboxRequest(episode_id="t-1", image="img:1"))
+    pod = transport.pods[sandbox.id]
+    assert sandbox.id.startswith("swe-sbx-")
+    labels = pod["metadata"]["labels"]
+    assert labels[WORKER_LABEL] == "rollout-0"
+    assert labels[EPISODE_LABEL] == "t-1"
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    container = spec["containers"][0]
+    assert container["image"] == "img:1"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["limits"]["memory"] == "2Gi"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    # It was polled until Running: once Pending, then Running.
+    assert transport.polls[sandbox.id] == 2
+
+
+async def test_a_task_without_an_image_gets_a_writable_workspace_volume() -> None:
+    transport = FakeTransport()
+    sandbox = await provider(transport).create(SandboxRequest(episode_id="t", workdir="/work"))
+    spec = transport.pods[sandbox.id]["spec"]
+    assert spec["volumes"] == [{"name": "workspace", "emptyDir": {}}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "workspace", "mountPath": "/work"}]
+
+
+async def test_a_pod_that_fails_to_start_is_deleted_and_is_a_create_error() -> None:
+    transport = FakeTransport(fail_phase="Failed")
+    with pytest.raises(SandboxCreateError, match="ErrImagePull"):
+        await provider(transport).create(SandboxRequest(episode_id="t"))
+    assert len(transport.deleted) == 1
+    assert transport.pods == {}
+
+
+async def test_closing_the_sandbox_deletes_its_pod() -> None:
+    transport = FakeTransport()
+    async with await provider(transport).create(SandboxRequest(episode_id="t")) as sandbox:
+        name = sandbox.id
+    assert transport.deleted == [name]
+
+
+async def test_the_first_create_reaps_pods_a_previous_incarnation_left() -> None:
+    transport = FakeTransport()
+    transport.pods["swe-sbx-old"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-0"}}}
+    transport.pods["swe-sbx-other"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-1"}}}
+    await provider(transport).create(SandboxRequest(episode_id="t"))
+    assert transport.deleted == ["swe-sbx-old"]
+    assert "swe-sbx-other" in transport.pods
+
+
+async def test_exec_runs_under_timeout_in_the_workdir_and_reports_the_exit_code() -> None:
+    transport = FakeTransport()
+    sandbox = await provider(transport).create(SandboxRequest(episode_id="t", workdir="/w"))
+    transport.exec_answer = (b"out", b"err", 2)
+    result = await sandbox.exec("make", timeout=7)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "out", "err")
+    assert transport.execs[-1][1] == ["timeout", "-k", "1", "7", "/bin/sh", "-c", "cd /w && make"]
+    transport.exec_answer = (b"", b"", 124)
+    assert (await sandbox.exec("sleep 99", timeout=1)).timed_out
+
+
+async def test_reading_a_missing_file_raises_file_not_found() -> None:
+    transport = FakeTransport()
+    sandbox = await provider(transport).create(SandboxRequest(episode_id="t", workdir="/w"))
+    transport.exec_answer = (b"", b"", 44)
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("nope.txt")
