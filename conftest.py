@@ -46,5 +46,4 @@ def crd_installed(cluster: ClusterHandle) -> None:
     admin = cluster.kubectl()
     for path in sorted(Path("crds").glob("*.yaml")):
         admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    admin.run("wait", "--for=condition=Established", "--timeout=60s",
-              "crd/agentrljobs.agentrl.dev")
+    admin.run("wait", "--for=condition=Established", "--timeout=60s", "crd/agentrljobs.agentrl.dev")

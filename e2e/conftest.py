@@ -35,10 +35,26 @@ class OperatorProcess:
     def start(self) -> None:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentrl.cli", "operator", "--namespace", self.namespace,
-             "--metrics-port", str(self.metrics_port), "--health-port", "0", "--resync-seconds", "5",
-             "--log-level", "info"],
-            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "agentrl.cli",
+                "operator",
+                "--namespace",
+                self.namespace,
+                "--metrics-port",
+                str(self.metrics_port),
+                "--health-port",
+                "0",
+                "--resync-seconds",
+                "5",
+                "--log-level",
+                "info",
+            ],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         out.close()
 
@@ -61,8 +77,9 @@ class OperatorProcess:
 
 
 @pytest.fixture
-def operator(cluster: ClusterHandle, namespace: str, crd_installed: None,
-             tmp_path: Path) -> Iterator[OperatorProcess]:
+def operator(
+    cluster: ClusterHandle, namespace: str, crd_installed: None, tmp_path: Path
+) -> Iterator[OperatorProcess]:
     env = {**cluster.env(), "PYTHONUNBUFFERED": "1"}
     op = OperatorProcess(namespace, tmp_path / "operator.log", env)
     op.start()
@@ -81,22 +98,31 @@ def storage(cluster: ClusterHandle, namespace: str) -> Iterator[None]:
     for i in range(4):
         name = f"pv-{namespace}-{tag}-{i}"
         pvs.append(name)
-        admin.apply({
-            "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": name, "labels": {"agentrl-test": namespace}},
+        admin.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"agentrl-test": namespace}},
+                "spec": {
+                    "capacity": {"storage": "10Ti"},
+                    "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "hostPath": {"path": f"/tmp/agentrl-test/{name}"},
+                },
+            }
+        )
+    cluster.kubectl(namespace).apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models"},
             "spec": {
-                "capacity": {"storage": "10Ti"},
-                "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
-                "persistentVolumeReclaimPolicy": "Delete",
-                "hostPath": {"path": f"/tmp/agentrl-test/{name}"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "resources": {"requests": {"storage": "1Ti"}},
             },
-        })
-    cluster.kubectl(namespace).apply({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "models"},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                 "resources": {"requests": {"storage": "1Ti"}}},
-    })
+        }
+    )
     yield
     admin.run("delete", "pv", *pvs, "--wait=false", check=False)
 
@@ -110,14 +136,14 @@ def condition(kubectl: Kubectl, name: str, type_: str) -> dict[str, str] | None:
     return None
 
 
-def wait_condition(kubectl: Kubectl, name: str, type_: str, status: str,
-                   timeout: float = 90) -> dict[str, str]:
+def wait_condition(
+    kubectl: Kubectl, name: str, type_: str, status: str, timeout: float = 90
+) -> dict[str, str]:
     def check() -> dict[str, str] | None:
         cond = condition(kubectl, name, type_)
         return cond if cond and cond["status"] == status else None
 
-    result: dict[str, str] = wait_for(check, timeout=timeout,
-                                      what=f"{name} {type_}={status}")
+    result: dict[str, str] = wait_for(check, timeout=timeout, what=f"{name} {type_}={status}")
     return result
 
 

@@ -18,9 +18,19 @@ from e2e.conftest import OperatorProcess, condition, wait_condition
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("storage")]
 
 REPORT = yaml.safe_load(Path("examples/mi355x-report.yaml").read_text())
-CHILD_KINDS = ("configmap", "service", "statefulset", "job.batch", "deployment",
-               "poddisruptionbudget", "networkpolicy", "serviceaccount", "role", "rolebinding",
-               "persistentvolumeclaim")
+CHILD_KINDS = (
+    "configmap",
+    "service",
+    "statefulset",
+    "job.batch",
+    "deployment",
+    "poddisruptionbudget",
+    "networkpolicy",
+    "serviceaccount",
+    "role",
+    "rolebinding",
+    "persistentvolumeclaim",
+)
 
 
 def small_job(name: str = "small", **spec: Any) -> dict[str, Any]:
@@ -29,15 +39,32 @@ def small_job(name: str = "small", **spec: Any) -> dict[str, Any]:
         "kind": "AgentRLJob",
         "metadata": {"name": name},
         "spec": {
-            "model": {"source": {"path": "/models/Qwen3-8B", "pvc": "models"},
-                      "architecture": "Qwen3-8B"},
-            "inference": {"engines": 2, "contextLength": 32768, "maxRunningRequests": 32,
-                          "cpu": "8", "memory": "64Gi"},
-            "rollout": {"groupSize": 4, "maxTrajectoryTokens": 32768, "maxTokensPerTurn": 4096,
-                        "workers": 1},
+            "model": {
+                "source": {"path": "/models/Qwen3-8B", "pvc": "models"},
+                "architecture": "Qwen3-8B",
+            },
+            "inference": {
+                "engines": 2,
+                "contextLength": 32768,
+                "maxRunningRequests": 32,
+                "cpu": "8",
+                "memory": "64Gi",
+            },
+            "rollout": {
+                "groupSize": 4,
+                "maxTrajectoryTokens": 32768,
+                "maxTokensPerTurn": 4096,
+                "workers": 1,
+            },
             "sandbox": {"concurrency": 8},
-            "trainer": {"nodes": 1, "gpusPerNode": 2, "trajectoriesPerStep": 8,
-                        "cpu": "8", "memory": "64Gi", "backoffLimit": 1},
+            "trainer": {
+                "nodes": 1,
+                "gpusPerNode": 2,
+                "trajectoriesPerStep": 8,
+                "cpu": "8",
+                "memory": "64Gi",
+                "backoffLimit": 1,
+            },
         },
     }
     job["spec"].update(spec)
@@ -77,8 +104,11 @@ def test_the_report_example_becomes_ready_with_the_right_children(
     assert pod_spec["shareProcessNamespace"] is True
     assert {c["name"] for c in pod_spec["containers"]} == {"engine", "watchdog"}
     terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert {"key": "amd.com/gpu.product-name", "operator": "In",
-            "values": ["AMD_Instinct_MI355X"]} in terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {
+        "key": "amd.com/gpu.product-name",
+        "operator": "In",
+        "values": ["AMD_Instinct_MI355X"],
+    } in terms["nodeSelectorTerms"][0]["matchExpressions"]
     trainer = kubectl.json("get", "job", f"{name}-trainer")
     container = trainer["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["amd.com/gpu"] == "8"
@@ -95,8 +125,9 @@ def test_the_report_example_becomes_ready_with_the_right_children(
     owners = {
         o["uid"]
         for kind in ("statefulset", "job.batch", "deployment", "configmap")
-        for o in kubectl.json("get", kind, "-l", f"agentrl.dev/job={name}")["items"][0]
-        ["metadata"]["ownerReferences"]
+        for o in kubectl.json("get", kind, "-l", f"agentrl.dev/job={name}")["items"][0]["metadata"][
+            "ownerReferences"
+        ]
     }
     assert owners == {job["metadata"]["uid"]}
 
@@ -105,9 +136,19 @@ def test_an_oversized_job_reports_the_schedulers_reason(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
     # 5 engines × 8 GPUs = 40 > the 32 GPUs of the 4 simulated nodes (the trainer takes 2 more)
-    kubectl.apply(small_job("big", inference={"engines": 5, "gpusPerEngine": 8,
-                                              "contextLength": 32768, "maxRunningRequests": 32,
-                                              "cpu": "8", "memory": "64Gi"}))
+    kubectl.apply(
+        small_job(
+            "big",
+            inference={
+                "engines": 5,
+                "gpusPerEngine": 8,
+                "contextLength": 32768,
+                "maxRunningRequests": 32,
+                "cpu": "8",
+                "memory": "64Gi",
+            },
+        )
+    )
 
     def unschedulable() -> dict[str, str] | None:
         cond = condition(kubectl, "big", "EnginesReady")
@@ -126,19 +167,27 @@ def test_kubectl_scale_reaches_the_rollout_tiers_config(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
     kubectl.apply(small_job())
-    wait_for(lambda: kubectl.run("get", "configmap", "small-config", check=False).returncode == 0,
-             timeout=60, what="the ConfigMap")
+    wait_for(
+        lambda: kubectl.run("get", "deployment", "small-rollout", check=False).returncode == 0,
+        timeout=60,
+        what="the rollout Deployment (the last child applied)",
+    )
     template_before = kubectl.json("get", "deployment", "small-rollout")["spec"]["template"]
     kubectl.run("scale", "arj/small", "--replicas=48")
-    wait_for(lambda: runtime_config(kubectl, "small")["sandbox"]["concurrency"] == 48,
-             timeout=60, what="concurrency 48 in the rollout config")
+    wait_for(
+        lambda: runtime_config(kubectl, "small")["sandbox"]["concurrency"] == 48,
+        timeout=60,
+        what="concurrency 48 in the rollout config",
+    )
     job = kubectl.json("get", "arj", "small")
-    wait_for(lambda: kubectl.json("get", "arj", "small")["status"]["sandbox"]["concurrency"]
-             == 48, timeout=60, what="status.sandbox.concurrency 48")
+    wait_for(
+        lambda: kubectl.json("get", "arj", "small")["status"]["sandbox"]["concurrency"] == 48,
+        timeout=60,
+        what="status.sandbox.concurrency 48",
+    )
     assert job["spec"]["sandbox"]["concurrency"] == 48
     # scaling changes no pod template: nothing restarts
-    assert kubectl.json("get", "deployment", "small-rollout")["spec"]["template"] == \
-        template_before
+    assert kubectl.json("get", "deployment", "small-rollout")["spec"]["template"] == template_before
 
 
 def test_suspend_scales_to_zero_and_resume_restores(
@@ -148,15 +197,24 @@ def test_suspend_scales_to_zero_and_resume_restores(
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     kubectl.run("patch", "arj", "small", "--type=merge", "-p", '{"spec":{"suspend":true}}')
     wait_condition(kubectl, "small", "Suspended", "True")
-    wait_for(lambda: kubectl.json("get", "statefulset", "small-engine")["spec"]["replicas"] == 0,
-             what="engines scaled to 0")
+    wait_for(
+        lambda: kubectl.json("get", "statefulset", "small-engine")["spec"]["replicas"] == 0,
+        what="engines scaled to 0",
+    )
     assert kubectl.json("get", "job", "small-trainer")["spec"]["suspend"] is True
     assert kubectl.json("get", "deployment", "small-rollout")["spec"]["replicas"] == 0
     assert runtime_config(kubectl, "small")["sandbox"]["concurrency"] == 0
-    wait_for(lambda: not [p for p in kubectl.json("get", "pods", "-l",
-                                                  "agentrl.dev/job=small")["items"]
-                          if p["status"].get("phase") == "Running"],
-             timeout=90, what="no running pods while suspended")
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in kubectl.json("get", "pods", "-l", "agentrl.dev/job=small")["items"]
+                if p["status"].get("phase") == "Running"
+            ]
+        ),
+        timeout=90,
+        what="no running pods while suspended",
+    )
     kubectl.run("patch", "arj", "small", "--type=merge", "-p", '{"spec":{"suspend":false}}')
     wait_condition(kubectl, "small", "Suspended", "False")
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
@@ -165,10 +223,14 @@ def test_suspend_scales_to_zero_and_resume_restores(
 
 
 def _trainer_pod(kubectl: Kubectl, job: str) -> dict[str, Any] | None:
-    pods = kubectl.json("get", "pods", "-l",
-                        f"agentrl.dev/job={job},app.kubernetes.io/component=trainer")["items"]
-    live = [p for p in pods if p["status"].get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")]
+    pods = kubectl.json(
+        "get", "pods", "-l", f"agentrl.dev/job={job},app.kubernetes.io/component=trainer"
+    )["items"]
+    live = [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
     return live[0] if live else None
 
 
@@ -177,16 +239,26 @@ def test_a_failed_trainer_restarts_then_fails_past_its_backoff_limit(
 ) -> None:
     kubectl.apply(small_job())  # backoffLimit 1: one restart allowed
     for attempt in (0, 1):
-        pod = wait_for(lambda: _trainer_pod(kubectl, "small"), timeout=90,
-                       what=f"trainer attempt {attempt} running")
+        pod = wait_for(
+            lambda: _trainer_pod(kubectl, "small"),
+            timeout=90,
+            what=f"trainer attempt {attempt} running",
+        )
         trainer_job = kubectl.json("get", "job", "small-trainer")
-        assert trainer_job["metadata"]["annotations"]["agentrl.dev/trainer-attempt"] == str(
-            attempt)
-        kubectl.run("annotate", "pod", pod["metadata"]["name"], f"{stages.OUTCOME}=Failed",
-                    f"{stages.AFTER}=100ms")
+        assert trainer_job["metadata"]["annotations"]["agentrl.dev/trainer-attempt"] == str(attempt)
+        kubectl.run(
+            "annotate",
+            "pod",
+            pod["metadata"]["name"],
+            f"{stages.OUTCOME}=Failed",
+            f"{stages.AFTER}=100ms",
+        )
         if attempt == 0:
-            wait_for(lambda: kubectl.json("get", "arj", "small")["status"]["trainer"]["restarts"]
-                     == 1, timeout=90, what="restart counted")
+            wait_for(
+                lambda: kubectl.json("get", "arj", "small")["status"]["trainer"]["restarts"] == 1,
+                timeout=90,
+                what="restart counted",
+            )
     failed = wait_condition(kubectl, "small", "Failed", "True", timeout=90)
     assert failed["reason"] == "BackoffLimitExceeded"
     assert kubectl.json("get", "arj", "small")["status"]["trainer"]["restarts"] == 1
@@ -203,11 +275,19 @@ def test_a_completed_job_is_deleted_after_its_ttl(
 ) -> None:
     kubectl.apply(small_job(ttlSecondsAfterFinished=3))
     pod = wait_for(lambda: _trainer_pod(kubectl, "small"), timeout=90, what="trainer running")
-    kubectl.run("annotate", "pod", pod["metadata"]["name"], f"{stages.OUTCOME}=Succeeded",
-                f"{stages.AFTER}=100ms")
+    kubectl.run(
+        "annotate",
+        "pod",
+        pod["metadata"]["name"],
+        f"{stages.OUTCOME}=Succeeded",
+        f"{stages.AFTER}=100ms",
+    )
     wait_condition(kubectl, "small", "Complete", "True", timeout=90)
-    wait_for(lambda: kubectl.run("get", "arj", "small", check=False).returncode != 0,
-             timeout=60, what="the job deleted by its TTL")
+    wait_for(
+        lambda: kubectl.run("get", "arj", "small", check=False).returncode != 0,
+        timeout=60,
+        what="the job deleted by its TTL",
+    )
 
 
 def test_deleting_the_job_leaves_nothing_behind(
@@ -217,14 +297,25 @@ def test_deleting_the_job_leaves_nothing_behind(
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     # a sandbox pod as the rollout tier creates them: labelled and owned by the job
     uid = kubectl.json("get", "arj", "small")["metadata"]["uid"]
-    kubectl.apply({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "small-sbx-test", "labels": {
-            "agentrl.dev/job": "small", "app.kubernetes.io/component": "sandbox"},
-            "ownerReferences": [{"apiVersion": "agentrl.dev/v1alpha1", "kind": "AgentRLJob",
-                                 "name": "small", "uid": uid}]},
-        "spec": {"containers": [{"name": "main", "image": "python:3.11-slim"}]},
-    })
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "small-sbx-test",
+                "labels": {"agentrl.dev/job": "small", "app.kubernetes.io/component": "sandbox"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "agentrl.dev/v1alpha1",
+                        "kind": "AgentRLJob",
+                        "name": "small",
+                        "uid": uid,
+                    }
+                ],
+            },
+            "spec": {"containers": [{"name": "main", "image": "python:3.11-slim"}]},
+        }
+    )
     operator.stop()  # deletion must not need the operator: no finalizer
     assert kubectl.json("get", "arj", "small")["metadata"].get("finalizers") in (None, [])
     kubectl.run("delete", "arj", "small", "--wait=true", "--timeout=60s")
@@ -242,8 +333,12 @@ def test_an_operator_killed_mid_reconcile_converges_without_duplicates(
 ) -> None:
     kubectl.apply(small_job())
     # kill it as soon as it has started writing children, before it could finish
-    wait_for(lambda: kubectl.run("get", "configmap", "small-config", check=False).returncode
-             == 0, timeout=60, interval=0.05, what="the first child")
+    wait_for(
+        lambda: kubectl.run("get", "configmap", "small-config", check=False).returncode == 0,
+        timeout=60,
+        interval=0.05,
+        what="the first child",
+    )
     operator.kill()
     operator.start()
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
@@ -270,13 +365,18 @@ def test_operator_metrics_count_reconciles_and_api_requests(
     kubectl.apply(small_job())
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     text = wait_for(lambda: _scrape(urllib.request, port), timeout=30, what="/metrics")
-    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-               if line and not line.startswith("#")}
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
     assert samples['agentrl_operator_reconciles_total{result="ok"}'] >= 1
     assert samples['agentrl_jobs_by_condition{condition="Ready",status="True"}'] == 1
-    applied = sum(v for k, v in samples.items()
-                  if k.startswith('agentrl_operator_api_requests_total{kind=') and
-                  'verb="apply"' in k)
+    applied = sum(
+        v
+        for k, v in samples.items()
+        if k.startswith("agentrl_operator_api_requests_total{kind=") and 'verb="apply"' in k
+    )
     assert applied >= 15  # every child at least once
     assert samples["agentrl_operator_workers"] == 8
 

@@ -31,7 +31,11 @@ def test_crd_names_and_scale_subresource() -> None:
     obj = yaml.safe_load(crd.crd_yaml())
     names = obj["spec"]["names"]
     assert (names["kind"], names["plural"], names["shortNames"], names["categories"]) == (
-        "AgentRLJob", "agentrljobs", ["arj"], ["agentrl"])
+        "AgentRLJob",
+        "agentrljobs",
+        ["arj"],
+        ["agentrl"],
+    )
     version = obj["spec"]["versions"][0]
     assert version["name"] == "v1alpha1"
     assert version["subresources"]["scale"] == {
@@ -60,8 +64,14 @@ def test_schema_is_structural_every_node_has_a_type_and_no_refs() -> None:
 
 def test_every_string_is_bounded_so_cel_cost_stays_within_budget() -> None:
     spec = crd.openapi_schema()["properties"]["spec"]
-    unbounded = [p for p, n in _walk(spec) if n.get("type") == "string"
-                 and "maxLength" not in n and "enum" not in n and "pattern" not in n]
+    unbounded = [
+        p
+        for p, n in _walk(spec)
+        if n.get("type") == "string"
+        and "maxLength" not in n
+        and "enum" not in n
+        and "pattern" not in n
+    ]
     assert unbounded == []
 
 

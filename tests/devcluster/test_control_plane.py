@@ -156,8 +156,9 @@ def test_rbac_answers_impersonated_questions(kubectl: Kubectl) -> None:
     assert ns is not None
     kubectl.run("create", "serviceaccount", "reader")
     kubectl.run("create", "role", "pod-reader", "--verb=get,list", "--resource=pods")
-    kubectl.run("create", "rolebinding", "reader", "--role=pod-reader",
-                f"--serviceaccount={ns}:reader")
+    kubectl.run(
+        "create", "rolebinding", "reader", "--role=pod-reader", f"--serviceaccount={ns}:reader"
+    )
     who = f"system:serviceaccount:{ns}:reader"
 
     def can(*args: str) -> str:

@@ -61,8 +61,17 @@ def test_a_port_in_use_is_reported_not_hung_on() -> None:
 def test_up_twice_is_safe_and_down_leaves_no_process_or_port() -> None:
     name = "lifecycle"
     try:
-        first = _invoke("up", "--name", name, "--port", str(LIFECYCLE_PORT),
-                        "--gpu-nodes", "1", "--cpu-nodes", "0")
+        first = _invoke(
+            "up",
+            "--name",
+            name,
+            "--port",
+            str(LIFECYCLE_PORT),
+            "--gpu-nodes",
+            "1",
+            "--cpu-nodes",
+            "0",
+        )
         assert first.exit_code == 0, first.output
         pids = LocalCluster(name).running()
         assert all(pids.values()), pids

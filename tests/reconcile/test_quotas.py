@@ -4,10 +4,15 @@ quota and resource that bind. A default sandbox charges cpu 2, memory 4Gi, ephem
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import yaml
+
 from agentrl.reconcile.concurrency import EffectiveConcurrency, effective_concurrency
+from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import observe
+from agentrl.reconcile.plan import plan
 from agentrl.reconcile.quotas import (
     QuotaRoom,
     ResourceQuotaUsage,
@@ -151,3 +156,19 @@ def test_the_sandboxes_a_quota_charges_are_the_live_unfinished_ones() -> None:
     ])
     # a and b; c finished, d is being deleted, the engine pod is not a sandbox
     assert sandboxes_charged(observed) == 2
+
+
+def test_a_quota_seen_by_the_controller_caps_the_rollout_config_and_the_status() -> None:
+    job = make_job().with_concurrency(8).obj()
+    # 2 sandboxes run; the Terminating-scoped quota allows 5 pods, 2 used → 3 more, 5 in all
+    running = [make_pod(f"demo-sbx-{i}", "sandbox").running().obj() for i in range(2)]
+    quota = quota_object("sandboxes", {"pods": "5"}, {"pods": "2"}, scopes=["Terminating"])
+    decided = plan(job, BuildContext.for_job(job), observe(pods=running, resource_quotas=[quota]),
+                   generation=1, now=datetime(2026, 3, 1, tzinfo=UTC))
+    config = next(c for c in decided.children if c["kind"] == "ConfigMap")
+    runtime = yaml.safe_load(config["data"]["runtime.yaml"])
+    assert runtime["sandbox"]["concurrency"] == 5
+    assert runtime["sandbox"]["limitedBy"] == "ResourceQuota/sandboxes pods"
+    assert decided.status.sandbox.concurrency == 5
+    assert decided.status.sandbox.desired == 8
+    assert decided.status.sandbox.limited_by == "ResourceQuota/sandboxes pods"

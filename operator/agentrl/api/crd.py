@@ -120,8 +120,9 @@ def _collection_defaults(cls: type[ManifestModel], schema: dict[str, Any]) -> No
         elif isinstance(value, BaseModel):
             # the whole defaulted object: the API server checks CEL rules against a default
             # as written, before defaulting inside it
-            props[alias]["default"] = value.model_dump(mode="json", by_alias=True,
-                                                       exclude_none=True)
+            props[alias]["default"] = value.model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            )
 
 
 def clean_description(text: str) -> str:
@@ -141,27 +142,59 @@ def _schema_of(model: type[ManifestModel]) -> dict[str, Any]:
 
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Ready", "type": "string",
-     "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
     {"name": "Reason", "type": "string", "jsonPath": ".status.readyReason"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.trainer.step"},
     {"name": "Reward", "type": "number", "jsonPath": ".status.rollout.meanReward"},
-    {"name": "Sandboxes", "type": "integer", "jsonPath": ".status.sandbox.concurrency",
-     "description": "Sandbox concurrency in effect"},
-    {"name": "Engines", "type": "integer", "jsonPath": ".status.engines.ready",
-     "description": "Engines ready"},
+    {
+        "name": "Sandboxes",
+        "type": "integer",
+        "jsonPath": ".status.sandbox.concurrency",
+        "description": "Sandbox concurrency in effect",
+    },
+    {
+        "name": "Engines",
+        "type": "integer",
+        "jsonPath": ".status.engines.ready",
+        "description": "Engines ready",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.sandbox.concurrency",
-     "priority": 1, "description": "spec.sandbox.concurrency"},
-    {"name": "Limited-By", "type": "string", "jsonPath": ".status.sandbox.limitedBy",
-     "priority": 1},
+    {
+        "name": "Desired",
+        "type": "integer",
+        "jsonPath": ".spec.sandbox.concurrency",
+        "priority": 1,
+        "description": "spec.sandbox.concurrency",
+    },
+    {
+        "name": "Limited-By",
+        "type": "string",
+        "jsonPath": ".status.sandbox.limitedBy",
+        "priority": 1,
+    },
     {"name": "Pass@1", "type": "number", "jsonPath": ".status.rollout.passAt1", "priority": 1},
-    {"name": "Traj/h", "type": "number", "jsonPath": ".status.rollout.trajectoriesPerHour",
-     "priority": 1},
-    {"name": "Infra-Err", "type": "number", "jsonPath": ".status.rollout.infraErrorRate",
-     "priority": 1},
-    {"name": "Weights", "type": "integer", "jsonPath": ".status.engines.weightVersion",
-     "priority": 1},
+    {
+        "name": "Traj/h",
+        "type": "number",
+        "jsonPath": ".status.rollout.trajectoriesPerHour",
+        "priority": 1,
+    },
+    {
+        "name": "Infra-Err",
+        "type": "number",
+        "jsonPath": ".status.rollout.infraErrorRate",
+        "priority": 1,
+    },
+    {
+        "name": "Weights",
+        "type": "integer",
+        "jsonPath": ".status.engines.weightVersion",
+        "priority": 1,
+    },
 ]
 
 

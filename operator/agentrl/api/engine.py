@@ -105,8 +105,10 @@ class InferenceSpec(ManifestModel):
             "(disabling them halves throughput); remove it from extraArgs'",
             field_path=".extraArgs",
             check=lambda s: not any(a.startswith("--disable-cuda-graph") for a in s.extra_args),
-            message=lambda s: "--disable-cuda-graph is refused: HIP graphs stay on "
-            "(disabling them halves throughput); remove it from extraArgs",
+            message=lambda s: (
+                "--disable-cuda-graph is refused: HIP graphs stay on "
+                "(disabling them halves throughput); remove it from extraArgs"
+            ),
             reason="FieldValueForbidden",
         ),
         Rule(
@@ -115,10 +117,13 @@ class InferenceSpec(ManifestModel):
             "(%d): a graph larger than the largest batch is never used'"
             ".format([self.graphs.maxBatchSize, self.maxRunningRequests])",
             field_path=".graphs.maxBatchSize",
-            check=lambda s: s.graphs.max_batch_size is None
-            or s.graphs.max_batch_size <= s.max_running_requests,
-            message=lambda s: f"graphs.maxBatchSize ({s.graphs.max_batch_size}) must not exceed "
-            f"maxRunningRequests ({s.max_running_requests}): a graph larger than the largest "
-            "batch is never used",
+            check=lambda s: (
+                s.graphs.max_batch_size is None or s.graphs.max_batch_size <= s.max_running_requests
+            ),
+            message=lambda s: (
+                f"graphs.maxBatchSize ({s.graphs.max_batch_size}) must not exceed "
+                f"maxRunningRequests ({s.max_running_requests}): a graph larger than the largest "
+                "batch is never used"
+            ),
         ),
     )

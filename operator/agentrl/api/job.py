@@ -62,9 +62,11 @@ class AgentRLJobSpec(ManifestModel):
             ".format([self.trainer.trajectoriesPerStep, self.rollout.groupSize])",
             field_path=".trainer.trajectoriesPerStep",
             check=lambda s: s.trainer.trajectories_per_step % s.rollout.group_size == 0,
-            message=lambda s: f"trainer.trajectoriesPerStep ({s.trainer.trajectories_per_step}) "
-            f"must be a multiple of rollout.groupSize ({s.rollout.group_size}): a step trains "
-            "on whole groups",
+            message=lambda s: (
+                f"trainer.trajectoriesPerStep ({s.trainer.trajectories_per_step}) "
+                f"must be a multiple of rollout.groupSize ({s.rollout.group_size}): a step trains "
+                "on whole groups"
+            ),
         ),
         Rule(
             cel="self.rollout.maxTrajectoryTokens <= self.inference.contextLength",
@@ -73,9 +75,11 @@ class AgentRLJobSpec(ManifestModel):
             ".format([self.rollout.maxTrajectoryTokens, self.inference.contextLength])",
             field_path=".rollout.maxTrajectoryTokens",
             check=lambda s: s.rollout.max_trajectory_tokens <= s.inference.context_length,
-            message=lambda s: "rollout.maxTrajectoryTokens "
-            f"({s.rollout.max_trajectory_tokens}) must not exceed inference.contextLength "
-            f"({s.inference.context_length}): the engine cannot hold a longer trajectory",
+            message=lambda s: (
+                "rollout.maxTrajectoryTokens "
+                f"({s.rollout.max_trajectory_tokens}) must not exceed inference.contextLength "
+                f"({s.inference.context_length}): the engine cannot hold a longer trajectory"
+            ),
         ),
         Rule(
             cel="self.trainer.backend != 'megatron' || self.sandbox.provider != 'local'",
@@ -83,8 +87,10 @@ class AgentRLJobSpec(ManifestModel):
             "trainer.backend torch; use provider kubernetes or e2b with megatron'",
             field_path=".sandbox.provider",
             check=lambda s: s.trainer.backend != "megatron" or s.sandbox.provider != "local",
-            message=lambda s: "sandbox.provider local runs on one machine and needs "
-            "trainer.backend torch; use provider kubernetes or e2b with megatron",
+            message=lambda s: (
+                "sandbox.provider local runs on one machine and needs "
+                "trainer.backend torch; use provider kubernetes or e2b with megatron"
+            ),
         ),
         immutable("model", "spec.model"),
         Rule(
@@ -138,9 +144,11 @@ class AgentRLJob(ManifestModel):
             "stay a 63-character DNS label'.format([self.metadata.name.size()])",
             field_path=".metadata.name",
             check=lambda j: len(j.metadata.name) <= MAX_NAME_LENGTH,
-            message=lambda j: f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
-            f"(it is {len(j.metadata.name)}): every child name (NAME-engine-<hash>, "
-            "NAME-checkpoints, ...) must stay a 63-character DNS label",
+            message=lambda j: (
+                f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
+                f"(it is {len(j.metadata.name)}): every child name (NAME-engine-<hash>, "
+                "NAME-checkpoints, ...) must stay a 63-character DNS label"
+            ),
         ),
     )
 

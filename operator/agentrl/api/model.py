@@ -71,8 +71,10 @@ class DatasetSpec(ManifestModel):
             "the JSONL file or task directory'.format([self.format])",
             field_path=".path",
             check=lambda d: d.format == DatasetFormat.TOY or d.path is not None,
-            message=lambda d: f"path is required when format is {d.format.value}: "
-            "set spec.dataset.path to the JSONL file or task directory",
+            message=lambda d: (
+                f"path is required when format is {d.format.value}: "
+                "set spec.dataset.path to the JSONL file or task directory"
+            ),
             reason="FieldValueRequired",
         ),
     )

@@ -9,9 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 #: The regular expression of resource.Quantity (k8s.io/apimachinery/pkg/api/resource).
-QUANTITY_PATTERN = (
-    r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-)
+QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 Quantity = Annotated[
     str,

@@ -84,8 +84,10 @@ class RolloutSpec(ManifestModel):
             ".format([self.maxTokensPerTurn, self.maxTrajectoryTokens])",
             field_path=".maxTokensPerTurn",
             check=lambda r: r.max_tokens_per_turn <= r.max_trajectory_tokens,
-            message=lambda r: f"maxTokensPerTurn ({r.max_tokens_per_turn}) must not exceed "
-            f"maxTrajectoryTokens ({r.max_trajectory_tokens})",
+            message=lambda r: (
+                f"maxTokensPerTurn ({r.max_tokens_per_turn}) must not exceed "
+                f"maxTrajectoryTokens ({r.max_trajectory_tokens})"
+            ),
         ),
         Rule(
             cel="self.llmTimeoutSeconds <= self.episodeTimeoutSeconds",
@@ -93,7 +95,9 @@ class RolloutSpec(ManifestModel):
             "(%d)'.format([self.llmTimeoutSeconds, self.episodeTimeoutSeconds])",
             field_path=".llmTimeoutSeconds",
             check=lambda r: r.llm_timeout_seconds <= r.episode_timeout_seconds,
-            message=lambda r: f"llmTimeoutSeconds ({r.llm_timeout_seconds}) must not exceed "
-            f"episodeTimeoutSeconds ({r.episode_timeout_seconds})",
+            message=lambda r: (
+                f"llmTimeoutSeconds ({r.llm_timeout_seconds}) must not exceed "
+                f"episodeTimeoutSeconds ({r.episode_timeout_seconds})"
+            ),
         ),
     )

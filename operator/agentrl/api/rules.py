@@ -51,8 +51,7 @@ def immutable(field: str, what: str) -> Rule:
     return Rule(
         cel=f"self.{field} == oldSelf.{field}",
         message_expression=(
-            f"'{what} is immutable once the job exists; delete and re-create the job "
-            "to change it'"
+            f"'{what} is immutable once the job exists; delete and re-create the job to change it'"
         ),
         field_path=f".{field}",
         transition=True,

@@ -140,8 +140,10 @@ class SandboxSpec(ManifestModel):
             "set spec.sandbox.e2b.apiKeySecretRef'",
             field_path=".e2b",
             check=lambda s: s.provider != SandboxProvider.E2B or s.e2b is not None,
-            message=lambda s: "e2b settings are required when provider is e2b: "
-            "set spec.sandbox.e2b.apiKeySecretRef",
+            message=lambda s: (
+                "e2b settings are required when provider is e2b: "
+                "set spec.sandbox.e2b.apiKeySecretRef"
+            ),
             reason="FieldValueRequired",
         ),
         Rule(
@@ -151,9 +153,12 @@ class SandboxSpec(ManifestModel):
             "[%d, %d] while autoscale is enabled'"
             ".format([self.concurrency, self.autoscale.min, self.autoscale.max])",
             field_path=".concurrency",
-            check=lambda s: not s.autoscale.enabled
-            or s.autoscale.min <= s.concurrency <= s.autoscale.max,
-            message=lambda s: f"concurrency ({s.concurrency}) must lie within autoscale "
-            f"[min, max] = [{s.autoscale.min}, {s.autoscale.max}] while autoscale is enabled",
+            check=lambda s: (
+                not s.autoscale.enabled or s.autoscale.min <= s.concurrency <= s.autoscale.max
+            ),
+            message=lambda s: (
+                f"concurrency ({s.concurrency}) must lie within autoscale "
+                f"[min, max] = [{s.autoscale.min}, {s.autoscale.max}] while autoscale is enabled"
+            ),
         ),
     )

@@ -17,7 +17,9 @@ class Condition(ManifestModel):
     """Condition type (Ready, EnginesReady, ...)."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
-    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    )
     """CamelCase reason."""
     message: str = Field(default="", max_length=32768)
     """Human-readable detail; child failures are lifted in here."""
@@ -61,6 +63,8 @@ class SandboxStatus(ManifestModel):
     """When the autoscaler last moved concurrency."""
     last_scale_reason: str | None = None
     """Why the autoscaler last moved concurrency."""
+    pre_pull: str | None = None
+    """Progress of the image pre-pull DaemonSets (``spec.sandbox.prePull``)."""
 
 
 class TrainerStatus(ManifestModel):

@@ -209,8 +209,10 @@ class TrainerSpec(ManifestModel):
             "(0 GPUs is only for backend: torch)'",
             field_path=".gpusPerNode",
             check=lambda t: t.backend == TrainerBackend.TORCH or t.gpus_per_node >= 1,
-            message=lambda t: "gpusPerNode must be at least 1 for the megatron backend "
-            "(0 GPUs is only for backend: torch)",
+            message=lambda t: (
+                "gpusPerNode must be at least 1 for the megatron backend "
+                "(0 GPUs is only for backend: torch)"
+            ),
         ),
         Rule(
             cel="self.backend != 'megatron' || (self.nodes * self.gpusPerNode) % "
@@ -220,12 +222,16 @@ class TrainerSpec(ManifestModel):
             "pipeline × context parallel sizes (%d)'.format([self.nodes * self.gpusPerNode, "
             "self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context])",
             field_path=".parallelism",
-            check=lambda t: t.backend != TrainerBackend.MEGATRON
-            or (t.nodes * t.gpus_per_node)
-            % (t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context)
-            == 0,
-            message=lambda t: f"nodes × gpusPerNode ({t.nodes * t.gpus_per_node}) must be a "
-            "multiple of tensor × pipeline × context parallel sizes "
-            f"({t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context})",
+            check=lambda t: (
+                t.backend != TrainerBackend.MEGATRON
+                or (t.nodes * t.gpus_per_node)
+                % (t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context)
+                == 0
+            ),
+            message=lambda t: (
+                f"nodes × gpusPerNode ({t.nodes * t.gpus_per_node}) must be a "
+                "multiple of tensor × pipeline × context parallel sizes "
+                f"({t.parallelism.tensor * t.parallelism.pipeline * t.parallelism.context})"
+            ),
         ),
     )

@@ -12,32 +12,89 @@ from agentrl.reconcile.context import Images
 
 
 @click.command()
-@click.option("--namespace", "namespaces", multiple=True,
-              help="Watch this namespace (repeatable). None: every namespace.")
-@click.option("--standalone/--peering", "standalone", default=True, show_default=True,
-              help="Run alone, or coordinate with standby replicas through kopf peering.")
-@click.option("--peering-name", default="agentrl", show_default=True,
-              help="Peering object name when --peering.")
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Jobs reconciled concurrently.")
-@click.option("--resync-seconds", type=click.FloatRange(1, 86400), default=60.0,
-              show_default=True, help="Reconcile every job at least this often.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
-              help="Prometheus /metrics port (0 disables).")
-@click.option("--health-port", type=click.IntRange(0, 65535), default=8081, show_default=True,
-              help="Liveness endpoint port, /healthz (0 disables).")
-@click.option("--rollout-image", default=None, help="Rollout worker image [default: the "
-              "trainer image of each job].")
-@click.option("--watchdog-image", default=None, help="Engine watchdog image [default: the "
-              "engine image of each job].")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Log format (json for log collectors).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info",
-              show_default=True)
-def operator(namespaces: tuple[str, ...], standalone: bool, peering_name: str, workers: int,
-             resync_seconds: float, metrics_port: int, health_port: int,
-             rollout_image: str | None, watchdog_image: str | None, log_format: str,
-             log_level: str) -> None:
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Watch this namespace (repeatable). None: every namespace.",
+)
+@click.option(
+    "--standalone/--peering",
+    "standalone",
+    default=True,
+    show_default=True,
+    help="Run alone, or coordinate with standby replicas through kopf peering.",
+)
+@click.option(
+    "--peering-name",
+    default="agentrl",
+    show_default=True,
+    help="Peering object name when --peering.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=8,
+    show_default=True,
+    help="Jobs reconciled concurrently.",
+)
+@click.option(
+    "--resync-seconds",
+    type=click.FloatRange(1, 86400),
+    default=60.0,
+    show_default=True,
+    help="Reconcile every job at least this often.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Prometheus /metrics port (0 disables).",
+)
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    default=8081,
+    show_default=True,
+    help="Liveness endpoint port, /healthz (0 disables).",
+)
+@click.option(
+    "--rollout-image",
+    default=None,
+    help="Rollout worker image [default: the trainer image of each job].",
+)
+@click.option(
+    "--watchdog-image",
+    default=None,
+    help="Engine watchdog image [default: the engine image of each job].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log format (json for log collectors).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+)
+def operator(
+    namespaces: tuple[str, ...],
+    standalone: bool,
+    peering_name: str,
+    workers: int,
+    resync_seconds: float,
+    metrics_port: int,
+    health_port: int,
+    rollout_image: str | None,
+    watchdog_image: str | None,
+    log_format: str,
+    log_level: str,
+) -> None:
     """Run the AgentRLJob operator (kopf) until interrupted."""
     import kopf
 

@@ -50,10 +50,12 @@ class OperatorRuntime:
         scopes: list[str | None] = list(self.settings.namespaces) or [None]
         for resource in WATCHED:
             for ns in scopes:
-                self.tasks.append(asyncio.create_task(
-                    watch_children(self.client, resource, ns, self._child_event),
-                    name=f"watch-{resource.__name__}-{ns or 'all'}",
-                ))
+                self.tasks.append(
+                    asyncio.create_task(
+                        watch_children(self.client, resource, ns, self._child_event),
+                        name=f"watch-{resource.__name__}-{ns or 'all'}",
+                    )
+                )
         self.tasks.append(asyncio.create_task(self._resync(), name="resync"))
 
     async def stop(self) -> None:
@@ -107,14 +109,26 @@ class OperatorRuntime:
             except Exception as exc:
                 n = self.failures.get(key, 0) + 1
                 self.failures[key] = n
-                delay = min(self.settings.retry_base_seconds * 2 ** (n - 1),
-                            self.settings.retry_max_seconds)
-                kind = "conflict" if "409" in str(exc) else "api" if "ApiError" in type(
-                    exc).__name__ else "unexpected"
+                delay = min(
+                    self.settings.retry_base_seconds * 2 ** (n - 1), self.settings.retry_max_seconds
+                )
+                kind = (
+                    "conflict"
+                    if "409" in str(exc)
+                    else "api"
+                    if "ApiError" in type(exc).__name__
+                    else "unexpected"
+                )
                 metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
                 metrics.RECONCILES.labels(result="error").inc()
-                log.warning("reconcile of %s failed (attempt %d, retry in %.1fs): %s",
-                            key, n, delay, exc, exc_info=kind == "unexpected")
+                log.warning(
+                    "reconcile of %s failed (attempt %d, retry in %.1fs): %s",
+                    key,
+                    n,
+                    delay,
+                    exc,
+                    exc_info=kind == "unexpected",
+                )
                 self.reconciler.forget_applied(key)
                 self.queue.done(key)
                 self.enqueue(key, after=delay)

@@ -17,9 +17,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apps_v1 import Deployment, StatefulSet
+from lightkube.resources.apps_v1 import DaemonSet, Deployment, StatefulSet
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Event, Pod, ResourceQuota
+from lightkube.resources.core_v1 import Event, Node, Pod, ResourceQuota
 from lightkube.types import CascadeType, PatchType
 
 from agentrl.api import job as job_api
@@ -52,6 +52,14 @@ class KubeAPI(Protocol):
     async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]: ...
 
     async def list_resource_quotas(self, namespace: str) -> list[dict[str, Any]]: ...
+
+    async def count_nodes(self, labels: dict[str, str]) -> int: ...
+
+    async def list_daemonsets(
+        self, namespace: str, labels: dict[str, str]
+    ) -> list[dict[str, Any]]: ...
+
+    async def delete_daemonset(self, namespace: str, name: str) -> None: ...
 
     async def apply(self, obj: dict[str, Any]) -> None: ...
 
@@ -91,8 +99,7 @@ class LightkubeAPI:
     async def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
         _count("list", job_api.KIND)
         ns = namespace if namespace is not None else "*"
-        return [dict(o.to_dict()) async for o in self.client.list(AgentRLJobResource,
-                                                                   namespace=ns)]
+        return [dict(o.to_dict()) async for o in self.client.list(AgentRLJobResource, namespace=ns)]
 
     async def get_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         _count("get", kind)
@@ -106,13 +113,37 @@ class LightkubeAPI:
 
     async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         _count("list", "Pod")
-        return [dict(p.to_dict()) async for p in self.client.list(Pod, namespace=namespace,
-                                                                  labels=labels)]
+        return [
+            dict(p.to_dict())
+            async for p in self.client.list(Pod, namespace=namespace, labels=labels)
+        ]
 
     async def list_resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
         _count("list", "ResourceQuota")
-        return [dict(q.to_dict()) async for q in self.client.list(ResourceQuota,
-                                                                  namespace=namespace)]
+        return [
+            dict(q.to_dict()) async for q in self.client.list(ResourceQuota, namespace=namespace)
+        ]
+
+    async def count_nodes(self, labels: dict[str, str]) -> int:
+        _count("list", "Node")
+        return len([n async for n in self.client.list(Node, labels=labels or None)])
+
+    async def list_daemonsets(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        _count("list", "DaemonSet")
+        return [
+            dict(d.to_dict())
+            async for d in self.client.list(DaemonSet, namespace=namespace, labels=labels)
+        ]
+
+    async def delete_daemonset(self, namespace: str, name: str) -> None:
+        _count("delete", "DaemonSet")
+        try:
+            await self.client.delete(
+                DaemonSet, name, namespace=namespace, cascade=CascadeType.BACKGROUND
+            )
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
 
     async def apply(self, obj: dict[str, Any]) -> None:
         _count("apply", obj["kind"])
@@ -143,7 +174,9 @@ class LightkubeAPI:
         _count("delete", ref.kind)
         try:
             await self.client.delete(
-                _CHILD_KINDS[ref.kind], ref.name, namespace=ref.namespace,
+                _CHILD_KINDS[ref.kind],
+                ref.name,
+                namespace=ref.namespace,
                 cascade=CascadeType.BACKGROUND,
             )
         except ApiError as exc:
@@ -153,8 +186,9 @@ class LightkubeAPI:
     async def delete_job(self, namespace: str, name: str) -> None:
         _count("delete", job_api.KIND)
         try:
-            await self.client.delete(AgentRLJobResource, name, namespace=namespace,
-                                     cascade=CascadeType.BACKGROUND)
+            await self.client.delete(
+                AgentRLJobResource, name, namespace=namespace, cascade=CascadeType.BACKGROUND
+            )
         except ApiError as exc:
             if exc.status.code != 404:
                 raise

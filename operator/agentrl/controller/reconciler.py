@@ -27,23 +27,32 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from agentrl.api import AgentRLJob, ConditionType, Reason
+from agentrl.api import AgentRLJob, AgentRLJobStatus, ConditionType, Reason, SandboxProvider
 from agentrl.api import validation as api_validation
 from agentrl.controller import metrics
+from agentrl.controller.engine_metrics import collect_engine_metrics
 from agentrl.controller.kube import KubeAPI
 from agentrl.controller.settings import OperatorSettings
 from agentrl.controller.workqueue import Key
-from agentrl.reconcile import labels, names
+from agentrl.reconcile import labels, names, prepull
+from agentrl.reconcile.constants import LABEL_COMPONENT, Component
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.observed import observe
+from agentrl.reconcile.observed import Observed, observe
 from agentrl.reconcile.plan import Plan, plan
-from agentrl.reconcile.status import format_time, status_body
+from agentrl.reconcile.policies import autoscale
+from agentrl.reconcile.status import format_time, parse_time, status_changed
 
 log = logging.getLogger("agentrl.operator")
 
 
 def _digest(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def status_patch(status: AgentRLJobStatus) -> dict[str, Any]:
+    """The status as a merge patch: every field, unset ones as null, so a field that went back
+    to unset (``sandbox.limitedBy`` once a quota lifts) is removed rather than left stale."""
+    return status.model_dump(mode="json", by_alias=True)
 
 
 class ConditionTally:
@@ -112,24 +121,36 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    async def _observe(self, job: AgentRLJob, namespace: str) -> Any:
+    async def _observe(
+        self, job: AgentRLJob, namespace: str
+    ) -> tuple[Observed, list[dict[str, Any]]]:
         name = job.metadata.name
         statefulset = await self.api.get_child("StatefulSet", namespace, names.engine(name))
         trainer_job = await self.api.get_child("Job", namespace, names.trainer(name))
         deployment = await self.api.get_child("Deployment", namespace, names.rollout(name))
         pods = await self.api.list_pods(namespace, labels.job_selector(job))
-        return observe(
-            statefulset=statefulset, trainer_job=trainer_job, deployment=deployment, pods=pods
+        quotas = (
+            await self.api.list_resource_quotas(namespace)
+            if job.spec.sandbox.provider == SandboxProvider.KUBERNETES
+            else []
         )
+        observed = observe(
+            statefulset=statefulset,
+            trainer_job=trainer_job,
+            deployment=deployment,
+            pods=pods,
+            resource_quotas=quotas,
+        )
+        return observed, pods
 
     async def _reconcile_valid(
         self, key: Key, body: dict[str, Any], job: AgentRLJob
     ) -> float | None:
         ctx = BuildContext.for_job(job, images=self.settings.images, namespace=key.namespace)
-        observed = await self._observe(job, key.namespace)
+        observed, pods = await self._observe(job, key.namespace)
+        now = self.now()
         decided: Plan = plan(
-            job, ctx, observed, generation=int(body["metadata"].get("generation", 0)),
-            now=self.now(),
+            job, ctx, observed, generation=int(body["metadata"].get("generation", 0)), now=now
         )
         if decided.delete_job:
             log.info("deleting %s: ttlSecondsAfterFinished has passed", key)
@@ -137,17 +158,86 @@ class Reconciler:
             self.tally.forget(key)
             return None
         await self._apply_children(key, decided.children)
-        if decided.write_status:
-            await self.api.patch_status(key.namespace, key.name, status_body(decided.status))
+        status, events = decided.status, list(decided.events)
+        requeue = decided.requeue_after_seconds
+        progress = await self._prepull(key, job, ctx)
+        status = status.model_copy(
+            update={"sandbox": status.sandbox.model_copy(update={"pre_pull": progress})}
+        )
+        if job.spec.sandbox.autoscale.enabled:
+            move = await self._autoscale(key, body, job, observed, pods, now)
+            if move is not None:
+                status = autoscale.record_move(status, move, now)
+                event = autoscale.move_event(move)
+                if event is not None:
+                    events.append(event)
+                if move.recheck_after_seconds is not None:
+                    requeue = min(requeue or move.recheck_after_seconds, move.recheck_after_seconds)
+        # decided once everything that goes into the status is in: write only on a change
+        write = status_changed(job.status, status)
+        if write:
+            await self.api.patch_status(key.namespace, key.name, status_patch(status))
             metrics.STATUS_WRITES.inc()
         for ref in decided.delete:
             await self.api.delete(ref)
             self._applied.get(key, {}).pop((ref.kind, ref.name), None)
-        for event in decided.events:
-            await self.api.post_event(body, type_=event.type, reason=event.reason,
-                                      message=event.message)
-        self.tally.update(key, {c.type: c.status for c in decided.status.conditions})
-        return decided.requeue_after_seconds
+        for event in events:
+            await self.api.post_event(
+                body, type_=event.type, reason=event.reason, message=event.message
+            )
+        self.tally.update(key, {c.type: c.status for c in status.conditions})
+        return requeue
+
+    async def _prepull(self, key: Key, job: AgentRLJob, ctx: BuildContext) -> str | None:
+        """Apply the pre-pull DaemonSets (and remove chunks no longer wanted); their progress.
+
+        The images are ``spec.sandbox.prePull.images``: the dataset may sit on a volume the
+        operator cannot read, so ``agentrl tasks images DATASET`` prints the list to paste."""
+        selector = {**labels.job_selector(job), LABEL_COMPONENT: Component.PREPULL.value}
+        sandbox = job.spec.sandbox
+        wanted: list[dict[str, Any]] = []
+        if sandbox.pre_pull.enabled and sandbox.provider == SandboxProvider.KUBERNETES:
+            nodes = await self.api.count_nodes(dict(sandbox.node_selector))
+            wanted = prepull.prepull_daemonsets(job, ctx, [], nodes=nodes)
+            await self._apply_children(key, wanted)
+        existing = (
+            await self.api.list_daemonsets(key.namespace, selector)
+            if (wanted or (job.status and job.status.sandbox.pre_pull))
+            else []
+        )
+        keep = {d["metadata"]["name"] for d in wanted}
+        for ds in existing:
+            if ds["metadata"]["name"] not in keep:
+                await self.api.delete_daemonset(key.namespace, ds["metadata"]["name"])
+        current = [d for d in existing if d["metadata"]["name"] in keep]
+        progress = prepull.prepull_progress(current) if wanted else None
+        return progress.message if progress is not None else None
+
+    async def _autoscale(
+        self,
+        key: Key,
+        body: dict[str, Any],
+        job: AgentRLJob,
+        observed: Observed,
+        pods: list[dict[str, Any]],
+        now: datetime,
+    ) -> autoscale.ScaleDecision | None:
+        """The built-in autoscaler: decide from the engines' metrics, write through /scale.
+        Returns the decision when it moved concurrency (None when it held)."""
+        engine_metrics = await collect_engine_metrics(body, pods, observed)
+        last = job.status.sandbox.last_scale_time if job.status else None
+        decision = autoscale.decide(
+            job,
+            engine_metrics,
+            current=job.spec.sandbox.concurrency,
+            last_scale_time=parse_time(last),
+            now=now,
+        )
+        if decision.concurrency is None:
+            return None
+        await self.api.scale(key.namespace, key.name, decision.concurrency)
+        log.info("%s: %s", key, decision.reason)
+        return decision
 
     async def _apply_children(self, key: Key, children: list[dict[str, Any]]) -> None:
         applied = self._applied.setdefault(key, {})
@@ -177,9 +267,11 @@ class Reconciler:
             "lastTransitionTime": format_time(self.now()),
         }
         await self.api.patch_status(
-            key.namespace, key.name,
+            key.namespace,
+            key.name,
             {"conditions": [ready, *conditions], "readyReason": Reason.INVALID_SPEC.value},
         )
-        await self.api.post_event(body, type_="Warning", reason=Reason.INVALID_SPEC.value,
-                                  message=message)
+        await self.api.post_event(
+            body, type_="Warning", reason=Reason.INVALID_SPEC.value, message=message
+        )
         log.warning("%s refused: %s", key, message)

@@ -9,6 +9,7 @@ number of workers draining it is a setting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -75,10 +76,8 @@ class WorkQueue:
                 self._active.add(key)
                 return key
             self._wakeup.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
-            except TimeoutError:
-                pass
         return None
 
     def done(self, key: Key) -> None:

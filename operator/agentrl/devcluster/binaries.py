@@ -224,8 +224,15 @@ def build_kubernetes(*, log: Path) -> Path:
     staging = target.with_name(target.name + ".partial")
     staging.mkdir(parents=True, exist_ok=True)
     _run(
-        [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging) + "/",
-         *KUBERNETES_PACKAGES.values()],
+        [
+            go,
+            "build",
+            "-trimpath",
+            "-ldflags=-s -w",
+            "-o",
+            str(staging) + "/",
+            *KUBERNETES_PACKAGES.values(),
+        ],
         cwd=work,
         log=log,
     )
@@ -261,16 +268,24 @@ def build(names: tuple[str, ...] = ALL_BINARIES, *, echo: bool = True) -> float:
     missing = [n for n in names if find(n) is None]
     steps: list[tuple[str, object]] = []
     if any(n in KUBERNETES_PACKAGES for n in missing):
-        steps.append((f"kubernetes v{versions.KUBERNETES} + etcd v{versions.ETCD}", build_kubernetes))
+        steps.append(
+            (f"kubernetes v{versions.KUBERNETES} + etcd v{versions.ETCD}", build_kubernetes)
+        )
     if "kwok" in missing:
         steps.append(
-            (f"kwok v{versions.KWOK}",
-             lambda log: _go_install("sigs.k8s.io/kwok/cmd/kwok", versions.KWOK, "kwok", log=log))
+            (
+                f"kwok v{versions.KWOK}",
+                lambda log: _go_install(
+                    "sigs.k8s.io/kwok/cmd/kwok", versions.KWOK, "kwok", log=log
+                ),
+            )
         )
     if "helm" in missing:
         steps.append(
-            (f"helm v{versions.HELM}",
-             lambda log: _go_install("helm.sh/helm/v3/cmd/helm", versions.HELM, "helm", log=log))
+            (
+                f"helm v{versions.HELM}",
+                lambda log: _go_install("helm.sh/helm/v3/cmd/helm", versions.HELM, "helm", log=log),
+            )
         )
     for label, step in steps:
         if echo:

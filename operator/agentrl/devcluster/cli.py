@@ -53,16 +53,40 @@ def _fail(message: str) -> None:
 @cluster.command()
 @_name
 @_port
-@click.option("--gpu-nodes", type=click.IntRange(0, 1000), default=None,
-              help="Simulated MI355X GPU nodes (8 × amd.com/gpu each) [default: 4].")
-@click.option("--cpu-nodes", type=click.IntRange(0, 1000), default=None,
-              help="Simulated CPU nodes for sandboxes [default: 2].")
-@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False,
-              path_type=Path), default=None, help="YAML cluster profile (node shapes).")
-@click.option("--timeout", type=click.FloatRange(5, 3600), default=180.0, show_default=True,
-              help="Seconds to wait for each component.")
-def up(name: str, port: int | None, gpu_nodes: int | None, cpu_nodes: int | None,
-       profile_path: Path | None, timeout: float) -> None:
+@click.option(
+    "--gpu-nodes",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="Simulated MI355X GPU nodes (8 × amd.com/gpu each) [default: 4].",
+)
+@click.option(
+    "--cpu-nodes",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="Simulated CPU nodes for sandboxes [default: 2].",
+)
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="YAML cluster profile (node shapes).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(5, 3600),
+    default=180.0,
+    show_default=True,
+    help="Seconds to wait for each component.",
+)
+def up(
+    name: str,
+    port: int | None,
+    gpu_nodes: int | None,
+    cpu_nodes: int | None,
+    profile_path: Path | None,
+    timeout: float,
+) -> None:
     """Start the cluster (idempotent: on a running cluster only the nodes are re-applied)."""
     try:
         profile = ClusterProfile.load(profile_path) if profile_path else ClusterProfile()
@@ -84,7 +108,7 @@ def up(name: str, port: int | None, gpu_nodes: int | None, cpu_nodes: int | None
         f"\nKubernetes v{versions.KUBERNETES} with {profile.gpu.count} GPU node(s) "
         f"({profile.gpu.gpus} × {profile.gpu.gpu_resource} each) and {profile.cpu.count} CPU "
         f"node(s) is running at {local.server}.\n"
-        f"Use it:\n  eval \"$(agentrl dev cluster env{_name_flag(name)})\"\n"
+        f'Use it:\n  eval "$(agentrl dev cluster env{_name_flag(name)})"\n'
         f"  kubectl get nodes -L amd.com/gpu.product-name\n"
         f"Stop it:\n  agentrl dev cluster down{_name_flag(name)}"
     )
@@ -107,9 +131,7 @@ def down(name: str, purge: bool) -> None:
     stopped = local.down()
     if purge:
         local.delete()
-    click.echo(
-        f"stopped {', '.join(stopped)}" if stopped else f"cluster '{name}' was not running"
-    )
+    click.echo(f"stopped {', '.join(stopped)}" if stopped else f"cluster '{name}' was not running")
 
 
 @cluster.command()
@@ -125,9 +147,11 @@ def status(name: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        click.echo(f"cluster {report['name']}: "
-                   + ("ready" if report["apiserver_ready"] else "not ready")
-                   + f" ({report['server']})")
+        click.echo(
+            f"cluster {report['name']}: "
+            + ("ready" if report["apiserver_ready"] else "not ready")
+            + f" ({report['server']})"
+        )
         for comp, pid in report["components"].items():
             click.echo(f"  {comp:<24} {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
         click.echo(f"  kubeconfig: {report['kubeconfig']}")
@@ -146,7 +170,7 @@ def env(name: str) -> None:
         return
     click.echo(f"export KUBECONFIG={shlex.quote(str(local.kubeconfig))}")
     path = ":".join(bins.bin_dirs())
-    click.echo(f"export PATH={shlex.quote(path)}:\"$PATH\"")
+    click.echo(f'export PATH={shlex.quote(path)}:"$PATH"')
 
 
 @cluster.command()

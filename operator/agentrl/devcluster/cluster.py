@@ -23,7 +23,13 @@ import yaml
 
 from agentrl.devcluster import binaries as binaries_mod
 from agentrl.devcluster import nodes, pki, stages, versions
-from agentrl.devcluster.processes import Component, PortInUseError, ProcessTable, port_free, port_owner
+from agentrl.devcluster.processes import (
+    Component,
+    PortInUseError,
+    ProcessTable,
+    port_free,
+    port_owner,
+)
 from agentrl.devcluster.profile import ClusterProfile
 
 DEFAULT_NAME = "dev"
@@ -216,7 +222,8 @@ class LocalCluster:
         ]
         if busy:
             raise PortInUseError(
-                "ports needed by the cluster are in use: " + ", ".join(busy)
+                "ports needed by the cluster are in use: "
+                + ", ".join(busy)
                 + f". Stop what uses them or choose another base port with --port "
                 f"(this cluster needs {self.ports.base}..{self.ports.base + 5})."
             )
@@ -271,11 +278,14 @@ class LocalCluster:
         self._install_kwok_crds(bins)
         self.procs.start(self._kwok(bins))
         self._apply_nodes(bins, profile)
+        self._apply_local_exec(bins)
         self._wait_nodes_ready(bins, profile, timeout)
         self._wait(
             "the default ServiceAccount (kube-controller-manager running)",
-            lambda: "default" in self._kubectl(bins, "get", "serviceaccounts", "-n", "default",
-                                               "-o", "name"),
+            lambda: (
+                "default"
+                in self._kubectl(bins, "get", "serviceaccounts", "-n", "default", "-o", "name")
+            ),
             timeout,
             "kube-controller-manager",
         )
@@ -418,18 +428,48 @@ class LocalCluster:
 
     def _install_kwok_crds(self, bins: binaries_mod.Binaries) -> None:
         crd_dir = _kwok_crd_dir()
-        docs = [(crd_dir / f"kwok.x-k8s.io_{plural}.yaml").read_text()
-                for plural in KWOK_CRDS.values()]
+        docs = [
+            (crd_dir / f"kwok.x-k8s.io_{plural}.yaml").read_text() for plural in KWOK_CRDS.values()
+        ]
         self._kubectl(bins, "apply", "--server-side", "-f", "-", stdin="\n---\n".join(docs))
-        self._kubectl(bins, "wait", "--for=condition=Established", "--timeout=60s",
-                      *[f"crd/{plural}.kwok.x-k8s.io" for plural in KWOK_CRDS.values()])
+        self._kubectl(
+            bins,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            *[f"crd/{plural}.kwok.x-k8s.io" for plural in KWOK_CRDS.values()],
+        )
+
+    def _apply_local_exec(self, bins: binaries_mod.Binaries) -> None:
+        """Answer ``kubectl exec`` (the exec subresource) on every simulated pod by running the
+        command on this machine, in ``<state>/exec``: simulated pods have no container, and the
+        sandbox provider's create → exec → delete path must still go through the API server.
+        Tests that need a per-pod directory create a namespaced kwok ``Exec`` for that pod."""
+        workdir = self.state_dir / "exec"
+        workdir.mkdir(parents=True, exist_ok=True)
+        cluster_exec = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterExec",
+            "metadata": {"name": "agentrl-local-exec"},
+            "spec": {"execs": [{"local": {"workDir": str(workdir)}}]},
+        }
+        self._kubectl(
+            bins,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=json.dumps(cluster_exec),
+        )
 
     def _apply_nodes(self, bins: binaries_mod.Binaries, profile: ClusterProfile) -> None:
         manifests = nodes.nodes_for(profile)
         stream = "\n---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
         if stream:
-            self._kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-",
-                          stdin=stream)
+            self._kubectl(
+                bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream
+            )
         wanted = {m["metadata"]["name"] for m in manifests}
         existing = self._kubectl(
             bins, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"
@@ -445,9 +485,12 @@ class LocalCluster:
 
         def ready() -> bool:
             out = self._kubectl(
-                bins, "get", "nodes", "-o",
+                bins,
+                "get",
+                "nodes",
+                "-o",
                 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}'
-                "{\"\\n\"}{end}",
+                '{"\\n"}{end}',
             )
             return out.split().count("True") >= want
 

@@ -37,7 +37,9 @@ CLIENTS = (
     ClientIdentity("kube-controller-manager", "system:kube-controller-manager"),
     ClientIdentity("kube-scheduler", "system:kube-scheduler"),
     ClientIdentity("kwok", "kwok-controller", ("system:masters",)),
-    ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
+    ClientIdentity(
+        "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+    ),
 )
 
 APISERVER_DNS = (
@@ -95,9 +97,15 @@ def _issue(
         builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
         builder = builder.add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             True,
         )
@@ -132,16 +140,26 @@ def ensure_pki(directory: Path, *, service_ip: str) -> Path:
 
     key = _key()
     cert = _issue(
-        subject=_name("kube-apiserver"), key=key, ca_key=ca_key, ca_cert=ca_cert,
-        server_names=APISERVER_DNS, server_ips=("127.0.0.1", service_ip), server=True,
+        subject=_name("kube-apiserver"),
+        key=key,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        server_names=APISERVER_DNS,
+        server_ips=("127.0.0.1", service_ip),
+        server=True,
     )
     _write_key(directory / "apiserver.key", key)
     _write_cert(directory / "apiserver.crt", cert)
 
     key = _key()
     cert = _issue(
-        subject=_name("kwok-kubelet"), key=key, ca_key=ca_key, ca_cert=ca_cert,
-        server_names=("localhost",), server_ips=("127.0.0.1",), server=True,
+        subject=_name("kwok-kubelet"),
+        key=key,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        server_names=("localhost",),
+        server_ips=("127.0.0.1",),
+        server=True,
     )
     _write_key(directory / "kwok-server.key", key)
     _write_cert(directory / "kwok-server.crt", cert)
@@ -149,8 +167,11 @@ def ensure_pki(directory: Path, *, service_ip: str) -> Path:
     for ident in CLIENTS:
         key = _key()
         cert = _issue(
-            subject=_name(ident.common_name, ident.organizations), key=key, ca_key=ca_key,
-            ca_cert=ca_cert, client=True,
+            subject=_name(ident.common_name, ident.organizations),
+            key=key,
+            ca_key=ca_key,
+            ca_cert=ca_cert,
+            client=True,
         )
         _write_key(directory / f"{ident.stem}.key", key)
         _write_cert(directory / f"{ident.stem}.crt", cert)

@@ -58,9 +58,7 @@ def _terminated(exit_code: int, reason: str, phase: str) -> str:
       phase: {phase}"""
 
 
-def _outcome_stage(
-    name: str, outcome: str, next_block: str, phase_in: str, extra: str = ""
-) -> str:
+def _outcome_stage(name: str, outcome: str, next_block: str, phase_in: str, extra: str = "") -> str:
     return f"""\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -325,17 +323,24 @@ _IMAGE_PULL = """\
 
 POD_OUTCOME_STAGES = "---\n".join(
     [
-        _outcome_stage("agentrl-pod-succeed", "Succeeded", _terminated(0, "Completed", "Succeeded"),
-                       "Running"),
+        _outcome_stage(
+            "agentrl-pod-succeed", "Succeeded", _terminated(0, "Completed", "Succeeded"), "Running"
+        ),
         _outcome_stage("agentrl-pod-fail", "Failed", _terminated(1, "Error", "Failed"), "Running"),
         _outcome_stage(
-            "agentrl-pod-crashloop", "CrashLoop", _CRASH_LOOP, "Running",
+            "agentrl-pod-crashloop",
+            "CrashLoop",
+            _CRASH_LOOP,
+            "Running",
             # once in CrashLoopBackOff the pod no longer matches: no re-application loop
             extra="    - key: '.status.containerStatuses.[].state.waiting.reason'\n"
             "      operator: 'NotIn'\n      values: ['CrashLoopBackOff']\n",
         ),
         _outcome_stage(
-            "agentrl-pod-image-pull", "ImagePullError", _IMAGE_PULL, "Pending",
+            "agentrl-pod-image-pull",
+            "ImagePullError",
+            _IMAGE_PULL,
+            "Pending",
             extra="    - key: '.status.podIP'\n      operator: 'Exists'\n"
             "    - key: '.status.containerStatuses.[].state.waiting.reason'\n"
             "      operator: 'NotIn'\n      values: ['ImagePullBackOff']\n",

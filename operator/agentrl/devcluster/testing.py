@@ -83,14 +83,22 @@ class Kubectl:
     namespace: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
-    def run(self, *args: str, stdin: str | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.binary), "--kubeconfig", str(self.kubeconfig)]
         if self.namespace:
             cmd += ["--namespace", self.namespace]
         cmd += list(args)
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout,
-                              check=False, env={**os.environ, **self.extra_env})
+        proc = subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **self.extra_env},
+        )
         if check and proc.returncode != 0:
             raise KubectlError(list(args), proc.stderr, proc.returncode)
         return proc
@@ -106,17 +114,27 @@ class Kubectl:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.run("create", "namespace", name)
         # the namespace's default ServiceAccount comes from kube-controller-manager
-        wait_for(lambda: self.run("get", "serviceaccount", "default", "-n", name,
-                                  check=False).returncode == 0, timeout=60,
-                 what=f"ServiceAccount default in {name}")
+        wait_for(
+            lambda: (
+                self.run("get", "serviceaccount", "default", "-n", name, check=False).returncode
+                == 0
+            ),
+            timeout=60,
+            what=f"ServiceAccount default in {name}",
+        )
         return name
 
     def in_namespace(self, namespace: str) -> Kubectl:
         return Kubectl(self.binary, self.kubeconfig, namespace, dict(self.extra_env))
 
 
-def wait_for(check: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.25,
-             what: str = "condition") -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    what: str = "condition",
+) -> Any:
     """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: Any = None

@@ -18,6 +18,7 @@ from agentrl.api import AgentRLJob
 from agentrl.reconcile import configmap, engine, pvc, rollout, sandbox, trainer
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.meta import owner_reference
+from agentrl.reconcile.observed import Observed
 from agentrl.reconcile.policies.suspend import workload_scale
 
 __all__ = ["ChildRef", "TrainerJobPlan", "child_ref", "desired_children", "owner_reference"]
@@ -63,12 +64,13 @@ def desired_children(
     *,
     finished: bool = False,
     trainer_job: TrainerJobPlan | None = None,
+    observed: Observed | None = None,
 ) -> list[dict[str, Any]]:
     """Every child of ``job`` in apply order. ``finished``: the job is Complete or Failed
     (workloads scaled to zero, trainer suspended); ``trainer_job``: the trainer Job's attempt
     and whether to apply it (default: apply attempt 0, as for a new job)."""
     plan = trainer_job or TrainerJobPlan()
-    scale = workload_scale(job, finished=finished)
+    scale = workload_scale(job, finished=finished, observed=observed)
     children: list[dict[str, Any]] = [configmap.config_map(job, ctx, scale)]
     claim = pvc.checkpoint_pvc(job, ctx)
     if claim is not None:

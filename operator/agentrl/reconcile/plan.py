@@ -105,7 +105,11 @@ def plan(
         )
     try:
         children = desired_children(
-            job, ctx, finished=result.finished, trainer_job=_trainer_job_plan(result, observed)
+            job,
+            ctx,
+            finished=result.finished,
+            trainer_job=_trainer_job_plan(result, observed),
+            observed=observed,
         )
     except EngineFlagError as exc:
         invalid = invalid_spec_status(job, str(exc), generation=generation, now=now)

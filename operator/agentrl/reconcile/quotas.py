@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
 from agentrl.reconcile.constants import Component
-from agentrl.reconcile.observed import Observed
+
+if TYPE_CHECKING:  # observed.py holds the quotas it saw, so it imports this module
+    from agentrl.reconcile.observed import Observed
 
 #: Slack when dividing parsed quantities (``"1.5"`` CPUs / ``"500m"`` is 3, not 2.9999…).
 _EPSILON: Final = 1e-9

@@ -29,6 +29,7 @@ from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.observed import Observed, ObservedPod, TrainerProgress
 from agentrl.reconcile.policies import deadline, trainer_restarts
 from agentrl.reconcile.policies.suspend import workload_scale
+from agentrl.reconcile.quotas import sandboxes_charged
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 EventType = Literal["Normal", "Warning"]
@@ -196,7 +197,9 @@ def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, workers: int) -> _
         problem = worst_problem(unschedulable, what="sandbox")
         assert problem is not None
         return _Verdict("False", Reason.UNSCHEDULABLE, f"{summary}: {problem.detail}")
-    concurrency = effective_concurrency(job)
+    concurrency = effective_concurrency(
+        job, quotas=observed.quotas, sandboxes_in_use=sandboxes_charged(observed)
+    )
     if concurrency.limited_by is not None:
         return _Verdict(
             "True",
@@ -383,7 +386,7 @@ def _sub_status(
     progress: TrainerProgress | None,
     finished: bool,
 ) -> tuple[EngineStatus, SandboxStatus, TrainerStatus, RolloutStatus]:
-    scale = workload_scale(job, finished=finished)
+    scale = workload_scale(job, finished=finished, observed=observed)
     engine_pods = observed.pods_of(Component.ENGINE)
     reports = [p.watchdog for p in engine_pods if p.watchdog is not None]
     versions = [
@@ -481,7 +484,7 @@ def _verdicts(
         out[ConditionType.READY] = _Verdict("False", Reason.SUSPENDED, "the job is suspended")
         complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is suspended")
     else:
-        scale = workload_scale(job)
+        scale = workload_scale(job, observed=observed)
         components = {
             ConditionType.ENGINES_READY: engines_verdict(job, observed, scale.engines),
             ConditionType.SANDBOX_POOL_READY: sandbox_pool_verdict(

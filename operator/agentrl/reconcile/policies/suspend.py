@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob
 from agentrl.reconcile.concurrency import effective_concurrency
+from agentrl.reconcile.observed import Observed
+from agentrl.reconcile.quotas import sandboxes_charged
 
 
 class WorkloadScale(BaseModel):
@@ -37,10 +39,18 @@ def is_suspended(job: AgentRLJob) -> bool:
     return job.spec.suspend
 
 
-def workload_scale(job: AgentRLJob, *, finished: bool = False) -> WorkloadScale:
-    """The scale of every workload: the spec's when running, zero when suspended or finished."""
+def workload_scale(
+    job: AgentRLJob, *, finished: bool = False, observed: Observed | None = None
+) -> WorkloadScale:
+    """The scale of every workload: the spec's when running, zero when suspended or finished;
+    ``observed`` brings the namespace's ResourceQuotas, which cap sandbox concurrency."""
     stopped = is_suspended(job) or finished
-    concurrency = effective_concurrency(job, finished=finished)
+    concurrency = effective_concurrency(
+        job,
+        finished=finished,
+        quotas=observed.quotas if observed is not None else (),
+        sandboxes_in_use=sandboxes_charged(observed) if observed is not None else 0,
+    )
     return WorkloadScale(
         engines=0 if stopped else job.spec.inference.engines,
         rollout_workers=0 if stopped else job.spec.rollout.workers,
