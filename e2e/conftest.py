@@ -31,6 +31,7 @@ class OperatorProcess:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
+    health_port: int = 0
 
     def start(self) -> None:
         out = self.log.open("ab")
@@ -45,7 +46,7 @@ class OperatorProcess:
                 "--metrics-port",
                 str(self.metrics_port),
                 "--health-port",
-                "0",
+                str(self.health_port),
                 "--resync-seconds",
                 "5",
                 "--log-level",

@@ -361,6 +361,7 @@ def test_operator_metrics_count_reconciles_and_api_requests(
     operator.stop()
     port = free_port()
     operator.metrics_port = port
+    operator.health_port = free_port()
     operator.start()
     kubectl.apply(small_job())
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
@@ -379,6 +380,10 @@ def test_operator_metrics_count_reconciles_and_api_requests(
     )
     assert applied >= 15  # every child at least once
     assert samples["agentrl_operator_workers"] == 8
+    # kopf's liveness endpoint answers while the operator runs
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz",
+                                timeout=5) as resp:
+        assert resp.status == 200
 
 
 def _scrape(urllib_request: Any, port: int) -> str | None:

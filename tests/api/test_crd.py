@@ -90,3 +90,11 @@ def test_cross_field_rules_are_cel_with_message_expressions() -> None:
     assert all("messageExpression" in r for r in rules)
     transition = [r for r in rules if "oldSelf" in r["rule"]]
     assert {r["fieldPath"] for r in transition} == {".model", ".trainer"}
+
+
+def test_the_manifest_reference_in_docs_matches_the_models() -> None:
+    from agentrl.api import reference
+
+    assert Path("docs/manifest.md").read_text() == reference.manifest_reference(), (
+        "docs/manifest.md drifted from the models: run `agentrl docs --write docs/manifest.md`"
+    )

@@ -21,7 +21,6 @@ IMAGE_NAMES = ["sglang-engine", "rocm-trainer", "operator"]
 #: test turns red the day they resolve, so this list must then be emptied.
 PENDING_VERBS = {
     "trainer": "agentrl.cli.COMMANDS has no trainer verb yet",
-    "operator": "agentrl.controller.cli (the operator verb) is not written yet",
 }
 
 
