@@ -1,0 +1,21 @@
+"""Capacity planner and rollout simulator (``agentrl plan``).
+
+Pure: it reads an ``AgentRLJob`` and parameters and returns pydantic models; no cluster, no
+clock, no I/O outside ``cli``/``plots``. Layout, one concept per module:
+
+- ``architectures``: model shapes (built-in table, HF config.json reader)
+- ``hardware``: GPU products and their node labels
+- ``params``: every assumption, with its reason, and the report's scenarios
+- ``kvcache``: KV bytes per token, pool size, what fits
+- ``static_plan``: arithmetic figures of a manifest
+- ``engine_model`` / ``simulation``: the discrete-event simulation
+- ``plan``: static plan + simulation + bottleneck
+- ``manifest_check``: manifest settings at odds with the plan
+- ``calibration``: the report's figures against the simulated ones
+- ``render`` / ``plots`` / ``cli``: output
+"""
+
+from agentrl.sim.manifest_check import check_manifest_against_plan
+from agentrl.sim.plan import Plan, plan_job
+
+__all__ = ["Plan", "check_manifest_against_plan", "plan_job"]
