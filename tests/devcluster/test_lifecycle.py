@@ -15,7 +15,7 @@ from agentrl.devcluster.cli import dev
 from agentrl.devcluster.cluster import LocalCluster
 from agentrl.devcluster.processes import port_free
 
-LIFECYCLE_PORT = 36443
+LIFECYCLE_PORT = 47443
 
 
 def _invoke(*args: str):  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from prometheus_client import start_http_server
 
 from agentrl.api import job as job_api
@@ -112,13 +113,7 @@ class OperatorRuntime:
                 delay = min(
                     self.settings.retry_base_seconds * 2 ** (n - 1), self.settings.retry_max_seconds
                 )
-                kind = (
-                    "conflict"
-                    if "409" in str(exc)
-                    else "api"
-                    if "ApiError" in type(exc).__name__
-                    else "unexpected"
-                )
+                kind = _error_kind(exc)
                 metrics.RECONCILE_ERRORS.labels(kind=kind).inc()
                 metrics.RECONCILES.labels(result="error").inc()
                 log.warning(
@@ -137,6 +132,14 @@ class OperatorRuntime:
             self.queue.done(key)
             if after is not None:
                 self.enqueue(key, after=max(after, 0.5))
+
+
+def _error_kind(exc: Exception) -> str:
+    """``conflict`` (409: someone else wrote first; the retry re-reads), ``api`` (any other
+    answer of the API server), ``unexpected`` (a bug: logged with its traceback)."""
+    if isinstance(exc, ApiError):
+        return "conflict" if exc.status.code == 409 else "api"
+    return "unexpected"
 
 
 def register(settings: OperatorSettings) -> tuple[kopf.OperatorRegistry, OperatorRuntime]:

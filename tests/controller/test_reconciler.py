@@ -1,0 +1,103 @@
+"""The reconciler's orchestration, against an in-memory API: what it writes, in which order,
+and what it does not write when nothing changed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agentrl.controller.reconciler import Reconciler, status_patch
+from agentrl.controller.settings import OperatorSettings
+from agentrl.controller.workqueue import Key
+from agentrl.reconcile.status import status_changed
+from tests.controller.fake_kube import FakeKube
+from tests.factories import make_job
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+KEY = Key("team", "demo")
+
+
+def _job() -> dict:  # type: ignore[type-arg]
+    manifest = make_job("demo").with_uid("0f0e0d0c").manifest()
+    manifest["metadata"]["generation"] = 1
+    return manifest
+
+
+def _reconciler(api: FakeKube) -> Reconciler:
+    return Reconciler(api, OperatorSettings(), now=lambda: NOW)  # type: ignore[arg-type]
+
+
+async def test_a_new_job_gets_every_child_then_one_status_write_then_events() -> None:
+    api = FakeKube(_job())
+    await _reconciler(api).reconcile(KEY)
+    writes = api.writes()
+    applies = [w for w in writes if w[0] == "apply"]
+    # ConfigMap, PVC, 3 engine RBAC, 3 rollout RBAC, NetworkPolicy, 2 engine, StatefulSet,
+    # trainer Service, trainer Job, rollout Deployment: 15 children
+    assert len(applies) == 15
+    first_status = writes.index(("patch", "status"))
+    assert all(w[0] == "apply" for w in writes[:first_status])
+    assert writes.count(("patch", "status")) == 1
+    assert all(w == ("create", "Event") for w in writes[first_status + 1 :])
+
+
+async def test_a_second_reconcile_with_nothing_changed_writes_nothing() -> None:
+    api = FakeKube(_job())
+    reconciler = _reconciler(api)
+    await reconciler.reconcile(KEY)
+    api.calls.clear()
+    await reconciler.reconcile(KEY)
+    # reads only: the children are unchanged and the status is the same
+    assert api.writes() == []
+
+
+async def test_after_forget_applied_every_child_is_applied_again() -> None:
+    api = FakeKube(_job())
+    reconciler = _reconciler(api)
+    await reconciler.reconcile(KEY)
+    api.calls.clear()
+    reconciler.forget_applied(KEY)
+    await reconciler.reconcile(KEY)
+    assert len([w for w in api.writes() if w[0] == "apply"]) == 15
+    assert ("patch", "status") not in api.writes()
+
+
+async def test_no_event_is_posted_when_the_status_write_fails() -> None:
+    api = FakeKube(_job())
+    api.fail_status_patch = True
+    with pytest.raises(RuntimeError):
+        await _reconciler(api).reconcile(KEY)
+    assert api.events == []
+
+
+async def test_a_deleted_job_is_forgotten_without_writes() -> None:
+    api = FakeKube(_job())
+    api.job = None
+    assert await _reconciler(api).reconcile(KEY) is None
+    assert api.writes() == []
+
+
+async def test_a_manifest_the_models_refuse_gets_invalid_spec_once() -> None:
+    job = _job()
+    job["spec"]["rollout"] = {"groupSize": 1}  # below the minimum of 2
+    api = FakeKube(job)
+    reconciler = _reconciler(api)
+    await reconciler.reconcile(KEY)
+    assert [w for w in api.writes() if w[0] == "apply"] == []
+    assert api.events == [("Warning", "InvalidSpec")]
+    assert api.job is not None
+    ready = api.job["status"]["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "InvalidSpec")
+    assert "spec.rollout.groupSize" in ready["message"]
+    api.calls.clear()
+    await reconciler.reconcile(KEY)
+    assert api.writes() == []  # the same refusal is not written or announced twice
+
+
+def test_status_patch_sends_null_for_unset_fields_so_stale_values_are_removed() -> None:
+    from agentrl.api import AgentRLJobStatus
+
+    patch = status_patch(AgentRLJobStatus())
+    assert patch["sandbox"]["limitedBy"] is None
+    assert not status_changed(AgentRLJobStatus(), AgentRLJobStatus())
