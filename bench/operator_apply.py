@@ -221,6 +221,10 @@ def main() -> None:
         result["api_requests"] = int(requests)
         result["api_requests_per_reconcile"] = round(requests / max(reconciles, 1), 2)
         result["api_writes_per_job"] = round(writes / n, 2)
+        print(json.dumps(result), file=sys.stderr, flush=True)
+        # free the simulated GPUs for the floor run (the cluster is sized for N jobs)
+        k_a.run("delete", "agentrljobs", "--all", "--wait=true", timeout=600)
+        wait(lambda: not k_a.json("get", "pods")["items"], args.timeout)
 
         # ---- B: the floor, kubectl apply of the rendered children
         ns_b = admin.create_namespace("bench-floor")
