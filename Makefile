@@ -34,6 +34,11 @@ typecheck: ## mypy --strict on the API and the pure reconcile layer
 .PHONY: crds
 crds: ## Regenerate crds/ and the chart's CRD template from the models
 	agentrl crds --write crds/
+	agentrl crds --helm --write charts/agentrl/templates/crds/
+
+.PHONY: helm-lint
+helm-lint: ## helm lint --strict on the chart
+	helm lint --strict charts/agentrl
 
 .PHONY: docs
 docs: ## Regenerate docs/manifest.md from the models

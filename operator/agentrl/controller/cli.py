@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import click
 
 from agentrl.controller.settings import OperatorSettings
 from agentrl.reconcile.context import Images
+
+
+def _priority(value: str) -> int:
+    if value == "random":
+        return random.SystemRandom().randint(1, 2**31 - 1)
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter("an integer or 'random'", param_hint="--priority") from None
 
 
 @click.command()
@@ -30,6 +40,13 @@ from agentrl.reconcile.context import Images
     default="agentrl",
     show_default=True,
     help="Peering object name when --peering.",
+)
+@click.option(
+    "--priority",
+    default="0",
+    show_default=True,
+    help="Peering priority: the highest running peer reconciles, the others stand by. "
+    "'random' draws one at start (replicas of one Deployment).",
 )
 @click.option(
     "--workers",
@@ -86,6 +103,7 @@ def operator(
     namespaces: tuple[str, ...],
     standalone: bool,
     peering_name: str,
+    priority: str,
     workers: int,
     resync_seconds: float,
     metrics_port: int,
@@ -122,6 +140,7 @@ def operator(
             registry=registry,
             standalone=standalone,
             peering_name=None if standalone else peering_name,
+            priority=_priority(priority),
             clusterwide=not namespaces,
             namespaces=list(namespaces),
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,

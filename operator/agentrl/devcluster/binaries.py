@@ -104,8 +104,31 @@ def cache_root() -> Path:
     return Path(base) / "agentrl"
 
 
+#: Bumped when the way a component is built changes, so caches of the old build are not used.
+BUILD_REVISION = {"kubernetes": "r2", "kwok": "r1", "helm": "r1"}
+
+
 def _component_dir(component: str, version: str) -> Path:
-    return cache_root() / "bin" / f"{component}-{version}"
+    revision = BUILD_REVISION.get(component, "r1")
+    suffix = "" if revision == "r1" else f"-{revision}"
+    return cache_root() / "bin" / f"{component}-{version}{suffix}"
+
+
+def _version_ldflags() -> str:
+    """Stamp the release into the binaries as upstream's build does (``hack/lib/version.sh``):
+    without it kube-apiserver reports v0.0.0-master and tools that check the server version
+    (helm's ``kubeVersion``, kubectl's skew warning) misjudge the cluster."""
+    major, minor, _ = versions.KUBERNETES.split(".")
+    stamps = {
+        "gitVersion": f"v{versions.KUBERNETES}",
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+    }
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
 
 
 def cached_path(name: str) -> Path:
@@ -228,7 +251,7 @@ def build_kubernetes(*, log: Path) -> Path:
             go,
             "build",
             "-trimpath",
-            "-ldflags=-s -w",
+            f"-ldflags={_version_ldflags()}",
             "-o",
             str(staging) + "/",
             *KUBERNETES_PACKAGES.values(),

@@ -1,0 +1,289 @@
+"""What ``helm template`` renders from charts/agentrl, read back as YAML and checked field by
+field: the operator Deployment (hardening, probes, flags), the metrics objects, peering, and
+the objects each value switches on or off. Offline: no cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart.charting import Helm, find, kinds
+
+
+@pytest.fixture(scope="module")
+def defaults(helm: Helm) -> list[dict[str, Any]]:
+    return helm.template(release="rel", namespace="agentrl-system")
+
+
+def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return container
+
+
+def test_default_install_renders_exactly_the_operator_objects(
+    defaults: list[dict[str, Any]],
+) -> None:
+    assert kinds(defaults) == [
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
+        "Service", "ServiceAccount",
+    ]
+    for doc in defaults:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+            assert doc["metadata"]["namespace"] == "agentrl-system", doc["kind"]
+
+
+def test_operator_runs_hardened_non_root_with_a_read_only_root_filesystem(
+    defaults: list[dict[str, Any]],
+) -> None:
+    pod = find(defaults, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = _container(defaults)
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+        "privileged": False, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # a read-only root still gets a writable, size-limited /tmp
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"},
+    }
+    assert pod["serviceAccountName"] == "rel-agentrl"
+
+
+def test_operator_probes_kopf_health_endpoint_and_exposes_metrics(
+    defaults: list[dict[str, Any]],
+) -> None:
+    container = _container(defaults)
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "health", "containerPort": 8081, "protocol": "TCP"},
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    service = find(defaults, "Service", "rel-agentrl-metrics")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"},
+    ]
+    # the Service selects exactly the Deployment's pods
+    deployment = find(defaults, "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_default_operator_is_one_standalone_replica(defaults: list[dict[str, Any]]) -> None:
+    deployment = find(defaults, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = _container(defaults)
+    # the image tag defaults to the chart's appVersion (Chart.yaml: 0.1.0)
+    assert container["image"] == "ghcr.io/agentrl/operator:0.1.0"
+    assert container["args"] == [
+        "--standalone",
+        "--workers=8",
+        "--resync-seconds=60",
+        "--metrics-port=8080",
+        "--health-port=8081",
+        "--log-format=json",
+        "--log-level=info",
+    ]
+
+
+@pytest.mark.parametrize("values", [
+    {},
+    {"peering": {"enabled": True}},
+    {"watchNamespaces": ["a"], "workloads": {"rolloutImage": {"repository": "r"},
+                                             "watchdogImage": {"repository": "w"}}},
+], ids=["defaults", "peering", "namespaced-with-images"])
+def test_chart_passes_only_flags_agentrl_operator_accepts(
+    helm: Helm, values: dict[str, Any],
+) -> None:
+    from agentrl.controller.cli import operator
+
+    accepted = {opt for param in operator.params for opt in
+                (*param.opts, *getattr(param, "secondary_opts", []))}
+    flags = {arg.split("=")[0] for arg in _container(helm.template(values))["args"]}
+    assert flags <= accepted, flags - accepted
+
+
+def test_values_reach_the_operator_command_line(helm: Helm) -> None:
+    docs = helm.template({
+        "watchNamespaces": ["team-a", "team-b"],
+        "operator": {"logLevel": "debug", "logFormat": "text", "metricsPort": 9090,
+                     "workers": 32, "resyncSeconds": 15,
+                     "image": {"digest": "sha256:" + "ab" * 32},
+                     "imagePullSecrets": [{"name": "ghcr"}],
+                     "extraArgs": ["--some-flag"]},
+        "workloads": {"rolloutImage": {"repository": "registry.local/rollout", "tag": "1"},
+                      "watchdogImage": {"repository": "registry.local/agentrl"}},
+    })
+    container = _container(docs)
+    assert container["image"] == "ghcr.io/agentrl/operator@sha256:" + "ab" * 32
+    assert container["args"] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--standalone",
+        "--workers=32",
+        "--resync-seconds=15",
+        "--metrics-port=9090",
+        "--health-port=8081",
+        "--log-format=text",
+        "--log-level=debug",
+        "--rollout-image=registry.local/rollout:1",
+        "--watchdog-image=registry.local/agentrl:0.1.0",
+        "--some-flag",
+    ]
+    assert container["ports"][0] == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "ghcr"}]
+
+
+def test_peering_runs_the_operator_with_a_named_peering_and_creates_it(helm: Helm) -> None:
+    docs = helm.template({"peering": {"enabled": True}})
+    container = _container(docs)
+    assert container["args"][:3] == ["--peering", "--peering-name=agentrl", "--priority=random"]
+    assert "--standalone" not in container["args"]
+    peering = find(docs, "ClusterKopfPeering", "agentrl")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    rules = find(docs, "ClusterRole")["rules"]
+    assert {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
+            "verbs": ["get", "list", "watch", "patch"]} in rules
+
+
+def test_peering_in_namespaced_mode_creates_one_kopf_peering_per_watched_namespace(
+    helm: Helm,
+) -> None:
+    docs = helm.template({"peering": {"enabled": True, "name": "arl"},
+                          "watchNamespaces": ["a", "b"]})
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings) == [
+        ("a", "arl"), ("b", "arl"),
+    ]
+    assert not [d for d in docs if d["kind"] == "ClusterKopfPeering"]
+    for role in (d for d in docs if d["kind"] == "Role"):
+        assert {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
+                "verbs": ["get", "list", "watch", "patch"]} in role["rules"]
+    assert not [rule for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]
+                if rule["apiGroups"] == ["kopf.dev"]]
+
+
+def test_chart_carries_kopf_peering_crds_in_its_crds_directory() -> None:
+    import yaml
+
+    from tests.chart.charting import CHART
+
+    docs = list(yaml.safe_load_all((CHART / "crds" / "kopf-peering.yaml").read_text()))
+    by_name = {d["metadata"]["name"]: d for d in docs}
+    assert set(by_name) == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    assert by_name["clusterkopfpeerings.kopf.dev"]["spec"]["scope"] == "Cluster"
+    assert by_name["kopfpeerings.kopf.dev"]["spec"]["scope"] == "Namespaced"
+    for crd in docs:
+        (version,) = crd["spec"]["versions"]
+        # kopf writes {identity: {priority, lifetime, lastseen}} into status: it must survive
+        # structural pruning
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert status["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_crds_install_false_leaves_the_crd_out(helm: Helm) -> None:
+    docs = helm.template({"crds": {"install": False}})
+    assert "CustomResourceDefinition" not in kinds(docs)
+    assert "Deployment" in kinds(docs)
+
+
+def test_monitoring_objects_render_only_when_enabled(
+    helm: Helm, defaults: list[dict[str, Any]],
+) -> None:
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        assert kind not in kinds(defaults)
+    docs = helm.template({"metrics": {
+        "serviceMonitor": {"enabled": True, "additionalLabels": {"release": "prom"}},
+        "podMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+    }})
+    monitor = find(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"},
+    ]
+    assert monitor["spec"]["selector"]["matchLabels"] == (
+        find(docs, "Service")["spec"]["selector"])
+    pods = find(docs, "PodMonitor")
+    # engine pods carry these labels (operator/agentrl/reconcile/labels.py) and a "watchdog" port
+    assert pods["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/part-of": "agentrl", "app.kubernetes.io/component": "engine",
+    }
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "watchdog"
+    assert pods["spec"]["namespaceSelector"] == {"any": True}
+
+
+def _alerts(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    rule = find(docs, "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) -> None:
+    docs = helm.template({"metrics": {"prometheusRule": {
+        "enabled": True, "engineFaultsPerHour": 6, "infraErrorRatio": 0.1, "rateWindow": "1h",
+    }}})
+    alerts = _alerts(docs)
+    assert set(alerts) == {"AgentRLJobFailed", "AgentRLJobDegraded", "AgentRLOperatorDown",
+                           "AgentRLEngineFaultRateHigh", "AgentRLInfraErrorRateHigh"}
+    assert alerts["AgentRLJobFailed"]["expr"] == (
+        'agentrl_jobs_by_condition{condition="Failed",status="True"} > 0')
+    assert alerts["AgentRLJobDegraded"]["expr"] == (
+        'agentrl_jobs_by_condition{condition="Degraded",status="True"} > 0')
+    assert alerts["AgentRLJobFailed"]["for"] == "5m"
+    # the watchdog's counter agentrl_watchdog_faults (prometheus_client appends _total)
+    assert alerts["AgentRLEngineFaultRateHigh"]["expr"] == (
+        "sum by (namespace, pod) (rate(agentrl_watchdog_faults_total[1h])) * 3600 > 6")
+    infra = " ".join(alerts["AgentRLInfraErrorRateHigh"]["expr"].split())
+    assert infra == (
+        'sum by (namespace) (rate(agentrl_rollout_episodes_total{terminal_class="infra_error"}'
+        "[1h])) / sum by (namespace) (rate(agentrl_rollout_episodes_total[1h])) > 0.1")
+    assert alerts["AgentRLOperatorDown"]["expr"] == (
+        'absent(up{job="rel-agentrl-metrics",namespace="agentrl-system"} == 1)')
+    # Prometheus templates survive Helm's own templating untouched
+    assert alerts["AgentRLEngineFaultRateHigh"]["annotations"]["summary"] == (
+        "Engine {{ $labels.namespace }}/{{ $labels.pod }}: {{ $value | humanize }} faults/h")
+
+
+def test_alert_metric_names_are_the_ones_the_code_exports() -> None:
+    from agentrl.api import ConditionType
+    from agentrl.api.rollout import TerminalClass
+    from agentrl.controller import metrics as operator_metrics
+    from agentrl.engine.watchdog import WatchdogMetrics
+    from agentrl.rollout import metrics as rollout_metrics
+
+    assert operator_metrics.JOBS_BY_CONDITION._name == "agentrl_jobs_by_condition"
+    assert operator_metrics.JOBS_BY_CONDITION._labelnames == ("condition", "status")
+    assert {ConditionType.FAILED.value, ConditionType.DEGRADED.value} == {"Failed", "Degraded"}
+
+    watchdog = WatchdogMetrics()
+    exported = {m.name for m in watchdog.registry.collect()}
+    # prometheus_client names a counter family without _total and its sample with it
+    assert "agentrl_watchdog_faults" in exported
+    assert rollout_metrics.EPISODES._name == "agentrl_rollout_episodes"
+    assert rollout_metrics.EPISODES._labelnames == ("terminal_class",)
+    assert TerminalClass.INFRA_ERROR.value == "infra_error"
+
+
+def test_operator_scheduling_values_reach_the_pod(helm: Helm) -> None:
+    toleration = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                  "effect": "NoSchedule"}
+    docs = helm.template({"operator": {
+        "nodeSelector": {"agentrl.dev/node-pool": "system"},
+        "tolerations": [toleration],
+        "priorityClassName": "system-cluster-critical",
+        "podLabels": {"team": "ml"},
+    }})
+    pod_template = find(docs, "Deployment")["spec"]["template"]
+    assert pod_template["spec"]["nodeSelector"] == {"agentrl.dev/node-pool": "system"}
+    assert pod_template["spec"]["tolerations"] == [toleration]
+    assert pod_template["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert pod_template["metadata"]["labels"]["team"] == "ml"
