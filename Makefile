@@ -53,8 +53,10 @@ cluster-down: ## Stop the local control plane
 	agentrl dev cluster down
 
 .PHONY: bench
-bench: ## Run the benchmarks (prints JSON figures)
-	$(PYTHON) bench/run_all.py
+bench: ## Run the CPU benchmarks (each prints one JSON object)
+	$(PYTHON) bench/operator_apply.py --jobs 100 --json
+	$(PYTHON) bench/rollout_concurrency.py --concurrency 2048 --json
+	$(PYTHON) bench/local_learning.py
 
 .PHONY: images
 images: ## Build the container images (needs a Docker engine)
