@@ -25,8 +25,11 @@ from agentrl.local.engines import free_port
 
 def _spec(concurrency: int, running: int) -> AgentRLJobSpec:
     return AgentRLJobSpec.model_validate(
-        {"model": {"source": {"path": "tiny"}}, "sandbox": {"concurrency": concurrency},
-         "inference": {"maxRunningRequests": running}}
+        {
+            "model": {"source": {"path": "tiny"}},
+            "sandbox": {"concurrency": concurrency},
+            "inference": {"maxRunningRequests": running},
+        }
     )
 
 
@@ -77,8 +80,9 @@ async def scripted() -> AsyncIterator[str]:
         return web.json_response({})
 
     app = web.Application()
-    app.add_routes([web.post("/generate", fail), web.get("/get_model_info", bad),
-                    web.get("/metrics", slow)])
+    app.add_routes(
+        [web.post("/generate", fail), web.get("/get_model_info", bad), web.get("/metrics", slow)]
+    )
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     yield str(server.make_url("")).rstrip("/")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.engine import tiny
 from agentrl.engine.client import EngineClient, SamplingParams
 from agentrl.engine.tokenizer import get_tokenizer
 from agentrl.local.engines import free_port
@@ -20,9 +21,11 @@ LINE = "HIP error: an illegal memory access was encountered"
 def _start(tmp_path: Path, mode: str, after: int) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     log = tmp_path / "engine.log"
+    weights = tiny.save_policy(tiny.new_policy(0, dim=8), tmp_path / "weights")
     proc = subprocess.Popen(
         [sys.executable, "-c", "from agentrl.engine.tiny_server import serve_tiny; serve_tiny()",
-         "--port", str(port), "--log-file", str(log), "--fault-mode", mode,
+         "--model-path", str(weights), "--port", str(port), "--log-file", str(log),
+         "--fault-mode", mode,
          "--fault-after-requests", str(after), "--fault-line", LINE],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -32,7 +35,13 @@ def _start(tmp_path: Path, mode: str, after: int) -> tuple[subprocess.Popen[byte
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 async def _one_request(client: EngineClient) -> None:
@@ -90,5 +99,6 @@ async def test_stall_mode_reports_running_requests_but_generates_nothing(tmp_pat
             assert before.num_running_reqs == 1.0
             assert after.generation_tokens_total == before.generation_tokens_total
             stuck.cancel()
+            await asyncio.gather(stuck, return_exceptions=True)
     finally:
         _stop(proc)

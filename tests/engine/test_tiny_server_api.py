@@ -28,8 +28,9 @@ from agentrl.engine.tokenizer import get_tokenizer
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[TinyEngine, EngineClient, str]]:
-    engine = TinyEngine(tiny.new_policy(0, dim=16), model_path="mem", context_length=64,
-                        max_running_requests=2)
+    engine = TinyEngine(
+        tiny.new_policy(0, dim=16), model_path="mem", context_length=64, max_running_requests=2
+    )
     server = TestServer(build_app(engine), host="127.0.0.1")
     await server.start_server()
     url = str(server.make_url("")).rstrip("/")
@@ -46,15 +47,24 @@ def _prompt() -> list[int]:
 
 
 async def test_generate_returns_ids_text_and_one_logprob_per_token(served) -> None:  # type: ignore[no-untyped-def]
-    _, client, url = served
-    body = {"input_ids": _prompt(), "sampling_params": {"max_new_tokens": 3, "temperature": 1.0},
-            "return_logprob": True}
+    _, _client, url = served
+    body = {
+        "input_ids": _prompt(),
+        "sampling_params": {"max_new_tokens": 3, "temperature": 1.0},
+        "return_logprob": True,
+    }
     async with aiohttp.ClientSession() as s, s.post(url + "/generate", json=body) as r:
         raw = await r.json()
     assert set(raw) >= {"text", "output_ids", "meta_info"}
     meta = raw["meta_info"]
-    assert set(meta) >= {"id", "finish_reason", "prompt_tokens", "completion_tokens",
-                         "output_token_logprobs", "weight_version"}
+    assert set(meta) >= {
+        "id",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "output_token_logprobs",
+        "weight_version",
+    }
     assert meta["prompt_tokens"] == len(_prompt())
     assert len(meta["output_token_logprobs"]) == meta["completion_tokens"] == len(raw["output_ids"])
     assert [e[1] for e in meta["output_token_logprobs"]] == raw["output_ids"]
@@ -67,8 +77,9 @@ async def test_engine_logprobs_equal_the_trainers_recomputation(served) -> None:
     out = await client.generate(prompt, SamplingParams(max_new_tokens=4, temperature=0.7))
     ids = prompt + out.output_ids
     with torch.no_grad():
-        trainer = tiny.sequence_logprobs(engine.model, ids, [(len(prompt), len(ids))],
-                                         temperature=0.7)
+        trainer = tiny.sequence_logprobs(
+            engine.model, ids, [(len(prompt), len(ids))], temperature=0.7
+        )
     assert trainer.tolist() == pytest.approx(out.logprobs, abs=1e-5)
 
 
@@ -89,8 +100,10 @@ async def test_a_prompt_longer_than_the_context_is_refused_as_a_request_error(se
     assert info.value.status == 400
 
 
-async def test_weights_from_disk_change_the_served_version_and_outputs(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    engine, client, _ = served
+async def test_weights_from_disk_change_the_served_version_and_outputs(
+    served, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    _engine, client, _ = served
     assert (await client.get_model_info()).weight_version == "0"
     new = tiny.new_policy(0, dim=16)
     with torch.no_grad():
@@ -104,7 +117,10 @@ async def test_weights_from_disk_change_the_served_version_and_outputs(served, t
     assert result.success
     info = await client.get_model_info()
     assert (info.weight_version, info.model_path, info.tokenizer_path) == (
-        "7", str(tmp_path / "v7"), "agentrl:tiny")
+        "7",
+        str(tmp_path / "v7"),
+        "agentrl:tiny",
+    )
     out = await client.generate(_prompt(), SamplingParams(max_new_tokens=3))
     assert out.output_ids == [get_tokenizer().eos_id]
     assert out.meta_info.weight_version == "7"
@@ -118,7 +134,7 @@ async def test_a_failed_weight_load_keeps_the_old_weights(served, tmp_path: Path
 
 
 async def test_paused_generation_holds_requests_until_continued(served) -> None:  # type: ignore[no-untyped-def]
-    engine, client, _ = served
+    _engine, client, _ = served
     await client.pause_generation(mode="in_place")
     pending = asyncio.ensure_future(client.generate(_prompt(), SamplingParams(max_new_tokens=2)))
     await asyncio.sleep(0.2)

@@ -296,7 +296,9 @@ def _fit_prior(seed: int, edit_names: Sequence[str], *, dim: int, steps: int) ->
             reply = [tok.token_id(w) for w in replies[k][0]] + [tok.eos_id]
             ids_batch.append(prompt + reply)
             spans.append((len(prompt), len(prompt) + len(reply)))
-        logps = batch_logprobs(model, [(ids, [span]) for ids, span in zip(ids_batch, spans)])
+        logps = batch_logprobs(
+            model, [(ids, [span]) for ids, span in zip(ids_batch, spans, strict=False)]
+        )
         loss = -torch.stack([lp.sum() for lp in logps]).mean()
         optimizer.zero_grad()
         loss.backward()
@@ -328,7 +330,9 @@ def load_policy(directory: Path | str) -> TinyPolicy:
         raise FileNotFoundError(f"{config_path} not found: not a tiny policy directory")
     config = TinyConfig.model_validate_json(config_path.read_text())
     if config.architecture != ARCHITECTURE:
-        raise ValueError(f"{config_path}: architecture {config.architecture!r} is not {ARCHITECTURE}")
+        raise ValueError(
+            f"{config_path}: architecture {config.architecture!r} is not {ARCHITECTURE}"
+        )
     model = TinyPolicy(config)
     model.load_state_dict(load_file(str(src / WEIGHTS_FILE)))
     return model

@@ -211,7 +211,9 @@ class TinyEngine:
         if not ids:
             raise web.HTTPBadRequest(text="input_ids is empty")
         if any(not 0 <= i < self.tokenizer.vocab_size for i in ids):
-            raise web.HTTPBadRequest(text=f"input_ids outside the vocabulary [0, {self.tokenizer.vocab_size})")
+            raise web.HTTPBadRequest(
+                text=f"input_ids outside the vocabulary [0, {self.tokenizer.vocab_size})"
+            )
         if len(ids) >= self.context_length:
             raise web.HTTPBadRequest(
                 text=f"The input ({len(ids)} tokens) is longer than the model's context length "
@@ -240,6 +242,11 @@ class TinyEngine:
 
     async def _schedule(self) -> None:
         while True:
+            if self.stalled:
+                # A dead inference thread behind a live server: requests are taken in and
+                # reported as running, and no token ever comes.
+                while self.queue and len(self.running) < self.max_running_requests:
+                    self.running.append(self.queue.pop(0))
             if self.paused or self.stalled or not (self.queue or self.running):
                 self._wake.clear()
                 await self._wake.wait()
@@ -277,7 +284,7 @@ class TinyEngine:
             tokens.append(int(torch.multinomial(probs, 1, generator=self.generator)))
         self._recent.append((time.monotonic(), len(batch)))
         self.c_gen.labels(self.served_model_name).inc(len(batch))
-        for i, (req, token) in enumerate(zip(batch, tokens)):
+        for i, (req, token) in enumerate(zip(batch, tokens, strict=False)):
             req.logprobs.append(float(logp[i, token]))
             req.scanner.push(len(req.ids), token)
             req.ids.append(token)
@@ -314,7 +321,9 @@ class TinyEngine:
                 "finish_reason": finish,
                 "prompt_tokens": req.prompt_len,
                 "completion_tokens": len(out),
-                "output_token_logprobs": [[lp, t, None] for lp, t in zip(req.logprobs, out)],
+                "output_token_logprobs": [
+                    [lp, t, None] for lp, t in zip(req.logprobs, out, strict=False)
+                ],
                 "weight_version": self.weight_version,
                 "e2e_latency": time.monotonic() - req.started,
             },
@@ -355,7 +364,7 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 ENGINE_KEY: web.AppKey[TinyEngine] = web.AppKey("engine", TinyEngine)
 
 
-def build_app(engine: TinyEngine) -> web.Application:
+def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small handler per route
     """The aiohttp application serving ``engine`` (tests run it in-process)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE_KEY] = engine
@@ -435,9 +444,7 @@ def build_app(engine: TinyEngine) -> web.Application:
             # SGLang answers a failed load with success=false and keeps the old weights.
             return web.json_response({"success": False, "message": str(exc)}, status=400)
         log.info("weights loaded from %s (version %s)", path, engine.weight_version)
-        return web.json_response(
-            {"success": True, "message": "Succeeded to update model weights."}
-        )
+        return web.json_response({"success": True, "message": "Succeeded to update model weights."})
 
     async def flush_cache(_: web.Request) -> web.Response:
         await engine.guard()
@@ -489,26 +496,50 @@ def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> ti
 
 
 @click.command("serve-tiny")
-@click.option("--model-path", default=tiny.BUILTIN_PATH, show_default=True,
-              help="Directory written by the trainer, or 'tiny' for the built-in initial policy.")
+@click.option(
+    "--model-path",
+    default=tiny.BUILTIN_PATH,
+    show_default=True,
+    help="Directory written by the trainer, or 'tiny' for the built-in initial policy.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=30000, show_default=True, type=int,
-              help="Port to listen on; 0 picks a free one (printed on stderr).")
+@click.option(
+    "--port",
+    default=30000,
+    show_default=True,
+    type=int,
+    help="Port to listen on; 0 picks a free one (printed on stderr).",
+)
 @click.option("--served-model-name", default="policy", show_default=True)
 @click.option("--weight-version", default="0", show_default=True)
 @click.option("--context-length", default=4096, show_default=True, type=int)
 @click.option("--max-running-requests", default=64, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--edit-name", "edit_names", multiple=True,
-              help="Edit names the built-in initial policy spreads over (repeatable).")
-@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the engine's log lines here (the watchdog tails it).")
-@click.option("--fault-line", help="Line written verbatim to stderr and the log when the fault fires.")
-@click.option("--fault-after-requests", type=click.IntRange(min=0),
-              help="Fire the fault after this many answered /generate requests (0: at start).")
-@click.option("--fault-mode", type=click.Choice(["crash", "hang", "stall"]),
-              help="crash: exit non-zero; hang: stop answering HTTP; stall: no tokens, "
-                   "running requests still reported.")
+@click.option(
+    "--edit-name",
+    "edit_names",
+    multiple=True,
+    help="Edit names the built-in initial policy spreads over (repeatable).",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the engine's log lines here (the watchdog tails it).",
+)
+@click.option(
+    "--fault-line", help="Line written verbatim to stderr and the log when the fault fires."
+)
+@click.option(
+    "--fault-after-requests",
+    type=click.IntRange(min=0),
+    help="Fire the fault after this many answered /generate requests (0: at start).",
+)
+@click.option(
+    "--fault-mode",
+    type=click.Choice(["crash", "hang", "stall"]),
+    help="crash: exit non-zero; hang: stop answering HTTP; stall: no tokens, "
+    "running requests still reported.",
+)
 def serve_tiny(
     model_path: str,
     host: str,
@@ -528,8 +559,9 @@ def serve_tiny(
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(message)s", handlers=handlers, force=True
+    )
     if fault_mode is not None and fault_after_requests is None:
         raise click.UsageError("--fault-mode needs --fault-after-requests")
     torch.set_num_threads(1)  # one core per engine: the rest belong to sandboxes and trainer
@@ -562,4 +594,5 @@ async def _serve(engine: TinyEngine, host: str, port: int) -> None:
     try:
         await stop.wait()
     finally:
+        engine.hung.set()  # release handlers parked by a hang fault so shutdown can finish
         await runner.cleanup()

@@ -1,0 +1,258 @@
+"""``agentrl run FILE``: train an AgentRLJob on this machine, with a live progress display.
+
+The job itself runs in :func:`agentrl.local.runner.run_local`. With Ray installed (the ``ray``
+extra) it runs inside a Ray actor on a local Ray started with an explicit CPU count and no
+dashboard — the same placement the trainer pod's driver gets on a cluster — and this process
+only draws the display from the run's step log. ``--no-ray`` runs it in this process.
+
+Ctrl-C stops cleanly: running episodes are cancelled, sandboxes closed, engines stopped, and
+the last finished step is checkpointed; ``--resume`` continues from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from agentrl.trainer.loop import StepRecord
+
+
+def _table(records: list[StepRecord], phase: str, max_steps: int) -> Table:
+    table = Table(title=f"agentrl run — {phase}", expand=False)
+    for col in ("step", "reward", "pass", "traj/h", "in flight", "classes", "stale", "s/step"):
+        table.add_column(col, justify="right")
+    for r in records[-12:]:
+        hours = r.wall_seconds / 3600 or 1e-9
+        done = sum(x.trajectories for x in records if x.step <= r.step)
+        classes = " ".join(f"{k[:5]}={v}" for k, v in sorted(r.classes.items()))
+        table.add_row(
+            f"{r.step}/{max_steps}",
+            f"{r.reward_mean:.2f}",
+            f"{r.pass_rate:.2f}",
+            f"{done / hours:.0f}",
+            str(r.in_flight),
+            classes,
+            f"{r.staleness_mean:.1f}/{r.staleness_max}",
+            f"{r.times.total:.1f}",
+        )
+    return table
+
+
+def _read_steps(path: Path) -> list[StepRecord]:
+    if not path.exists():
+        return []
+    return [StepRecord.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _run_here(manifest: str, options_json: str, quiet: bool, console: Console) -> dict[str, Any]:
+    from agentrl.api.validation import load_job
+    from agentrl.local.report import write_report
+    from agentrl.local.runner import RunOptions, run_local
+
+    job = load_job(manifest)
+    options = RunOptions.model_validate_json(options_json)
+    records: list[StepRecord] = []
+    phase = ["starting"]
+    max_steps = options.max_steps or job.spec.trainer.max_steps
+    live = (
+        None
+        if quiet
+        else Live(_table(records, phase[0], max_steps), console=console, refresh_per_second=2)
+    )
+
+    def on_step(record: StepRecord) -> None:
+        records.append(record)
+        if live is not None:
+            live.update(_table(records, phase[0], max_steps))
+
+    def on_phase(name: str) -> None:
+        phase[0] = name
+        if live is not None:
+            live.update(_table(records, name, max_steps))
+        elif not quiet:
+            console.print(name)
+
+    async def main() -> Any:
+        return await run_local(job, options, on_step=on_step, on_phase=on_phase)
+
+    if live is not None:
+        live.start()
+    try:
+        result = asyncio.run(main())
+    finally:
+        if live is not None:
+            live.stop()
+    report_dir = options.run_dir / "report"
+    summary = write_report(result, report_dir)
+    return {"summary": summary, "report_dir": str(report_dir)}
+
+
+def _run_in_ray(
+    manifest: str, options_json: str, quiet: bool, console: Console, num_cpus: int
+) -> dict[str, Any]:
+    import ray
+
+    from agentrl.local.runner import RunOptions
+
+    options = RunOptions.model_validate_json(options_json)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        namespace="agentrl-local",
+    )
+    try:
+        job_actor = ray.remote(num_cpus=1)(_JobActor).remote()
+        ref = job_actor.run.remote(manifest, options_json)
+        steps_log = options.run_dir / "logs" / "steps.jsonl"
+        with Live(console=console, refresh_per_second=1, transient=quiet) as live:
+            while True:
+                ready, _ = ray.wait([ref], timeout=1.0)
+                if not quiet:
+                    live.update(
+                        _table(_read_steps(steps_log), "training (ray)", options.max_steps or 0)
+                    )
+                if ready:
+                    break
+        out: dict[str, Any] = ray.get(ref)
+        return out
+    except KeyboardInterrupt:
+        ray.cancel(ref)  # the actor's run is interrupted and checkpoints its last step
+        try:
+            return dict(ray.get(ref, timeout=120))
+        except Exception:
+            raise KeyboardInterrupt from None
+    finally:
+        ray.shutdown()
+
+
+class _JobActor:
+    """The job's driver as a Ray actor (one CPU)."""
+
+    def run(self, manifest: str, options_json: str) -> dict[str, Any]:
+        return _run_here(manifest, options_json, True, Console(stderr=True))
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write summary.json and PNG plots here.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Weights, checkpoints and logs (default: .agentrl/runs/NAME).",
+)
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --run-dir.")
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
+    help="Stop after this many steps (overrides trainer.maxSteps).",
+)
+@click.option(
+    "--chaos",
+    type=click.FloatRange(0.0, 0.5),
+    default=0.0,
+    show_default=True,
+    help="Inject sandbox creation failures at this rate, and engine crashes.",
+)
+@click.option(
+    "--eval-samples",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Episodes per held-out task when measuring pass@1.",
+)
+@click.option("--skip-eval", is_flag=True, help="Do not measure held-out pass@1.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", is_flag=True, help="No live display (CI); print the summary only.")
+@click.option(
+    "--ray/--no-ray",
+    "use_ray",
+    default=None,
+    help="Run the job in a local Ray actor (default: when ray is installed).",
+)
+@click.option(
+    "--num-cpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="CPUs given to the local Ray (default: this machine's).",
+)
+def run(
+    file: Path,
+    report_dir: Path | None,
+    run_dir: Path | None,
+    resume: bool,
+    max_steps: int | None,
+    chaos: float,
+    eval_samples: int,
+    skip_eval: bool,
+    seed: int,
+    quiet: bool,
+    use_ray: bool | None,
+    num_cpus: int | None,
+) -> None:
+    """Run an AgentRLJob manifest on this machine: local sandboxes, the CPU engine and the
+    torch trainer, with held-out pass@1 measured before and after."""
+    from agentrl.local.runner import RunOptions, load_manifest
+
+    console = Console(stderr=True)
+    try:
+        job = load_manifest(file)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if job.spec.trainer.backend != "torch" or job.spec.sandbox.provider != "local":
+        raise click.ClickException(
+            "agentrl run needs spec.trainer.backend: torch and spec.sandbox.provider: local "
+            f"(got {job.spec.trainer.backend.value} and {job.spec.sandbox.provider.value})"
+        )
+    run_dir = (run_dir or Path(".agentrl") / "runs" / job.metadata.name).resolve()
+    options = RunOptions(
+        run_dir=run_dir,
+        resume=resume,
+        max_steps=max_steps,
+        chaos_rate=chaos,
+        eval_samples=eval_samples,
+        skip_eval=skip_eval,
+        seed=seed,
+    )
+    manifest = file.read_text(encoding="utf-8")
+    if use_ray is None:
+        try:
+            import ray  # noqa: F401
+
+            use_ray = True
+        except ImportError:
+            use_ray = False
+    started = time.monotonic()
+    try:
+        if use_ray:
+            out = _run_in_ray(
+                manifest, options.model_dump_json(), quiet, console, num_cpus or os.cpu_count() or 2
+            )
+        else:
+            out = _run_here(manifest, options.model_dump_json(), quiet, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: the last finished step is checkpointed; --resume continues")
+        raise SystemExit(130) from None
+    summary = out["summary"]
+    if report_dir is not None:
+        import shutil
+
+        shutil.copytree(out["report_dir"], report_dir, dirs_exist_ok=True)
+    click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    if not quiet:
+        console.print(f"done in {time.monotonic() - started:.0f}s; run directory {run_dir}")

@@ -1,0 +1,370 @@
+"""``agentrl run``'s engine room: one AgentRLJob on this machine, through the cluster's code paths.
+
+What runs where:
+
+* engines — ``spec.inference.engines`` tiny CPU engine processes (:mod:`agentrl.local.engines`),
+  reached through :class:`agentrl.engine.client.EngineClient` like SGLang on a cluster;
+* rollout — :class:`agentrl.rollout.scheduler.RolloutScheduler` with the token agent, the
+  verifier and local sandboxes (:class:`agentrl.sandbox.local.LocalProvider`), paced by the
+  trainer's :class:`~agentrl.rollout.admission.StalenessAdmission`;
+* trainer — :class:`agentrl.trainer.loop.TrainingDriver` with the torch backend, disk weight sync
+  to the engines' ``/update_weights_from_disk``, and checkpoints.
+
+Held-out pass@1 is measured before the first step and after the last one with the same agent,
+engines and verifier, on tasks the trainer never sees (``dataset.heldOutFraction``).
+
+Callers: :mod:`agentrl.local.cli` (directly, or inside a Ray actor) and ``bench/local_learning.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from agentrl.api import AgentRLJob
+from agentrl.api.rollout import TerminalClass
+from agentrl.engine import tiny
+from agentrl.engine.client import EngineClient, connection_pool_size
+from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.local.engines import EngineChaos, LocalEngine, LocalEngines
+from agentrl.rollout.admission import OpenAdmission, StalenessAdmission
+from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
+from agentrl.rollout.balancer import EnginePool
+from agentrl.rollout.caps import EpisodeCaps
+from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.tasks import load_tasks, split_held_out
+from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.sandbox.errors import SandboxCreateError
+from agentrl.sandbox.local import LocalProvider
+from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
+from agentrl.trainer.torch_backend import TorchBackend
+from agentrl.trainer.weight_sync import DiskWeightSync
+
+log = logging.getLogger(__name__)
+
+
+class RunOptions(BaseModel):
+    """Knobs of a local run that are not part of the manifest."""
+
+    run_dir: Path
+    """Where weights, checkpoints, logs and the report go."""
+    resume: bool = False
+    """Continue from the newest checkpoint in ``run_dir``."""
+    max_steps: int | None = None
+    """Override ``trainer.maxSteps`` (a short smoke run)."""
+    chaos_rate: float = Field(default=0.0, ge=0.0, le=0.5)
+    """Injected failure rate: sandbox creations that fail, and engine crashes per request."""
+    eval_samples: int = Field(default=4, ge=1)
+    """Episodes per held-out task when measuring pass@1."""
+    skip_eval: bool = False
+    """Skip the held-out measurements (pass@1 is then reported as null)."""
+    seed: int = 0
+
+
+class Evaluation(BaseModel):
+    """Held-out pass@1 at one weight version."""
+
+    pass_at_1: float | None
+    episodes: int
+    passed: int
+    infra_errors: int
+    """Episodes that ended in infra errors (excluded from pass@1, never counted as failures)."""
+
+
+class RunResult(BaseModel):
+    """Everything :mod:`agentrl.local.report` needs."""
+
+    job_name: str
+    state: DriverState
+    records: list[StepRecord]
+    before: Evaluation | None
+    after: Evaluation | None
+    infra_error_attempts: int
+    """Episode attempts that ended in an infra error (retried or dropped)."""
+    engine_restarts: int
+    long_tail_shares: list[float]
+    train_tasks: int
+    held_out_tasks: int
+    wall_seconds: float
+    caps: dict[str, int]
+    """The trajectory caps, for the length histogram (tokens)."""
+    interrupted: bool = False
+
+
+class ChaosProvider:
+    """A provider wrapper that fails sandbox creation with probability ``rate`` (an infra
+    error the rollout tier must classify and retry, never score)."""
+
+    def __init__(self, inner: SandboxProvider, rate: float, seed: int) -> None:
+        self.inner = inner
+        self.rate = rate
+        self.name = f"chaos+{inner.name}"
+        self._rng = random.Random(seed)
+        self.injected = 0
+
+    async def create(self, request: SandboxRequest) -> Sandbox:
+        if self._rng.random() < self.rate:
+            self.injected += 1
+            raise SandboxCreateError("chaos: injected sandbox creation failure")
+        return await self.inner.create(request)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+class CountingRunner(EpisodeRunner):
+    """The rollout tier's runner, counting every attempt that ended in an infra error."""
+
+    infra_attempts = 0
+
+    async def run_attempt(
+        self, task: Task, *, group_id: str, policy_version: int, attempt: int = 0
+    ) -> Trajectory:
+        trajectory = await super().run_attempt(
+            task, group_id=group_id, policy_version=policy_version, attempt=attempt
+        )
+        if trajectory.terminal_class == TerminalClass.INFRA_ERROR:
+            self.infra_attempts += 1
+        return trajectory
+
+
+def edit_vocabulary(tasks: list[Task]) -> tuple[str, ...]:
+    """The candidate edit names of the dataset the tiny policy can write (its prior spreads
+    over these, like a pretrained model that read the tool list)."""
+    vocab = set(get_tokenizer().vocab)
+    names = sorted({e.name for t in tasks for e in t.candidate_edits} & vocab)
+    return tuple(names) or tiny.DEFAULT_PRIOR_EDITS
+
+
+async def evaluate(
+    runner: EpisodeRunner, tasks: list[Task], *, samples: int, concurrency: int
+) -> Evaluation:
+    """pass@1 on ``tasks``: ``samples`` episodes each, at the rollout temperature."""
+    if not tasks:
+        return Evaluation(pass_at_1=None, episodes=0, passed=0, infra_errors=0)
+    scheduler = RolloutScheduler(
+        runner=runner,
+        tasks=tasks,
+        concurrency=concurrency,
+        group_size=samples,
+        admission=OpenAdmission(),
+    )
+    passed = episodes = infra = 0
+    async with scheduler:
+        async for t in scheduler.trajectories():
+            if t.terminal_class == TerminalClass.INFRA_ERROR:
+                infra += 1
+                continue
+            episodes += 1
+            passed += (t.reward or 0.0) >= 1.0
+    return Evaluation(
+        pass_at_1=passed / episodes if episodes else None,
+        episodes=episodes,
+        passed=passed,
+        infra_errors=infra,
+    )
+
+
+async def run_local(
+    job: AgentRLJob,
+    options: RunOptions,
+    *,
+    on_step: Callable[[StepRecord], None] | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run ``job`` on this machine; see the module docstring."""
+    started = time.monotonic()
+    spec = job.spec
+    phase = on_phase or (lambda _: None)
+    run_dir = options.run_dir
+    for sub in ("weights", "checkpoints", "logs", "sandboxes"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    tasks = load_tasks(spec.dataset)
+    train, held_out = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
+
+    phase("building the policy")
+    if spec.model.source.path == tiny.BUILTIN_PATH:
+        model = tiny.initial_policy(options.seed, edit_names=edit_vocabulary(tasks))
+    else:
+        model = tiny.load_policy(spec.model.source.path)
+    backend = TorchBackend(model, spec.trainer, temperature=spec.rollout.temperature)
+    checkpoints = CheckpointStore(run_dir / "checkpoints")
+    state = DriverState()
+    if options.resume:
+        state = checkpoints.load(backend) or DriverState()
+    steps_log = run_dir / "logs" / "steps.jsonl"
+    if not options.resume and steps_log.exists():
+        steps_log.unlink()
+
+    # Engines start from these weights and come back to them after a crash (never pruned).
+    start_weights = run_dir / "weights" / f"start-{state.step}"
+    backend.export_weights(start_weights)
+    chaos = (
+        EngineChaos(rate=options.chaos_rate / 10, seed=options.seed) if options.chaos_rate else None
+    )
+    engines = LocalEngines(
+        [
+            LocalEngine(
+                i,
+                model_path=start_weights,
+                weight_version=str(state.step),
+                context_length=spec.inference.context_length,
+                max_running_requests=spec.inference.max_running_requests,
+                log_dir=run_dir / "logs",
+                seed=options.seed + i,
+                chaos=chaos,
+            )
+            for i in range(spec.inference.engines)
+        ]
+    )
+    phase("starting engines")
+    engines.start()
+    pool_size = connection_pool_size(spec)
+    clients = [
+        EngineClient(
+            url, max_connections=pool_size, timeout_seconds=spec.rollout.llm_timeout_seconds
+        )
+        for url in engines.urls
+    ]
+    provider: SandboxProvider = LocalProvider(base_dir=str(run_dir / "sandboxes"))
+    if options.chaos_rate:
+        provider = ChaosProvider(provider, options.chaos_rate, options.seed)  # type: ignore[assignment]
+    pool = EnginePool(clients, wait_ready_seconds=30.0)
+    caps = EpisodeCaps.from_spec(spec)
+    runner = CountingRunner(
+        provider=provider,
+        agent=TokenAgent(pool, WordTurnTokenizer(), caps),
+        caps=caps,
+        failure_policy=spec.rollout.failure_policy,
+        on_release=pool.release,
+    )
+    weight_sync = DiskWeightSync(
+        clients,
+        export=backend.export_weights,
+        weights_dir=run_dir / "weights",
+        initial_version=state.step,
+        initial_path=start_weights,
+    )
+    health: asyncio.Task[None] | None = None
+    before = after = None
+    records: list[StepRecord] = []
+    long_tail: list[float] = []
+    interrupted = False
+    try:
+        for client in clients:
+            await client.wait_healthy(deadline_seconds=120.0)
+        # Readiness probing starts once the engines are up (before, every probe would fail).
+        health = asyncio.get_running_loop().create_task(pool.watch_health(1.0))
+        concurrency = spec.sandbox.concurrency
+        if not options.skip_eval and not options.resume:
+            phase("measuring held-out pass@1 (before)")
+            before = await evaluate(
+                runner, held_out, samples=options.eval_samples, concurrency=concurrency
+            )
+        admission = StalenessAdmission(
+            trajectories_per_step=spec.trainer.trajectories_per_step,
+            max_staleness=spec.trainer.async_.max_staleness,
+            policy_version=state.step,
+        )
+        # Admission counts from the checkpoint's step: nothing is outstanding after a restart.
+        admission.admitted = state.step * spec.trainer.trajectories_per_step
+        stream = TaskStream(
+            TaskOrder(train, spec.dataset.seed),
+            cursor=state.task_cursor,
+            pending=state.pending_positions,
+        )
+        scheduler = RolloutScheduler(
+            runner=runner,
+            tasks=stream,
+            concurrency=concurrency,
+            group_size=spec.rollout.group_size,
+            admission=admission,
+            batch_size=spec.trainer.trajectories_per_step,
+        )
+        driver = TrainingDriver(
+            spec=spec,
+            backend=backend,
+            source=scheduler,
+            admission=admission,
+            weight_sync=weight_sync,
+            checkpoints=checkpoints,
+            stream=stream,
+            state=state,
+            steps_log=steps_log,
+            on_step=on_step,
+            on_trajectory=on_trajectory,
+            max_steps=options.max_steps,
+        )
+        phase("training")
+        try:
+            state = await driver.run()
+        finally:
+            records = driver.records
+            long_tail = list(scheduler.long_tail_shares)
+            await scheduler.cancel()
+        if not options.skip_eval:
+            await weight_sync.reconcile()
+            phase("measuring held-out pass@1 (after)")
+            after = await evaluate(
+                runner, held_out, samples=options.eval_samples, concurrency=concurrency
+            )
+    except asyncio.CancelledError:
+        interrupted = True
+    finally:
+        if health is not None:
+            health.cancel()
+            await asyncio.gather(health, return_exceptions=True)
+        for client in clients:
+            await client.close()
+        await engines.stop()
+    if options.resume and steps_log.exists():
+        records = [
+            StepRecord.model_validate_json(line)
+            for line in steps_log.read_text().splitlines()
+            if line.strip()
+        ]
+    return RunResult(
+        job_name=job.metadata.name,
+        state=state,
+        records=records,
+        before=before,
+        after=after,
+        infra_error_attempts=runner.infra_attempts,
+        engine_restarts=engines.restarts,
+        long_tail_shares=long_tail,
+        train_tasks=len(train),
+        held_out_tasks=len(held_out),
+        wall_seconds=time.monotonic() - started,
+        caps={
+            "max_trajectory_tokens": caps.max_trajectory_tokens,
+            "max_tokens_per_turn": caps.max_tokens_per_turn,
+        },
+        interrupted=interrupted,
+    )
+
+
+def load_manifest(path: Path) -> AgentRLJob:
+    """Parse and validate a manifest file (schema and cross-field rules)."""
+    from agentrl.api.validation import load_job
+
+    return load_job(path.read_text(encoding="utf-8"))
+
+
+def dump_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

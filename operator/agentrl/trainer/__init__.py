@@ -1,0 +1,5 @@
+"""The asynchronous GRPO trainer: pure GRPO arithmetic (:mod:`agentrl.trainer.grpo`), the loss
+(:mod:`agentrl.trainer.loss`), batching, the driver loop, checkpoints, weight sync and backends.
+
+Importing this package is light; torch is imported by the modules that need it.
+"""

@@ -1,0 +1,115 @@
+"""From complete groups to one training step's samples: who is in, with what advantage, and
+whether they carry loss.
+
+Rules, in order, for each complete group (oldest completion first):
+
+1. Members whose terminal class maps to ``drop`` (always: infra errors) are left out entirely —
+   they have no reward and take no part in the group's statistics.
+2. A group with fewer than two remaining members has no relative signal: dropped.
+3. Advantages are computed over the remaining members
+   (:func:`agentrl.trainer.grpo.group_advantages`).
+4. Members whose class maps to ``mask`` (by default ``agent_timeout``) keep their place in the
+   statistics but carry no loss.
+5. Groups whose rewards are all equal follow ``algorithm.zeroVarianceGroups``: ``keep`` (advantage
+   0, only the KL term acts), ``mask`` (in the step, no loss) or ``dropAndRefill`` (out of the
+   step; later groups fill it).
+
+Groups are taken until the step holds ``trajectoriesPerStep`` members. Callers:
+:mod:`agentrl.trainer.loop`; the tests build groups by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel
+
+from agentrl.api.rollout import ClassAction
+from agentrl.api.trainer import Algorithm, ZeroVariancePolicy
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.trainer import grpo
+from agentrl.trainer.buffer import Group
+
+
+class TrainSample(BaseModel):
+    """One trajectory in a step."""
+
+    trajectory: Trajectory
+    advantage: float
+    carries_loss: bool
+    """False for masked members and masked zero-variance groups."""
+
+
+class StepSelection(BaseModel):
+    """What :func:`select_step` took and what it threw out."""
+
+    taken: list[Group]
+    dropped: list[Group]
+    """Groups removed from the buffer without training (no signal)."""
+    zero_variance: int
+    """Groups among ``taken`` + ``dropped`` whose rewards were all equal."""
+    samples: list[TrainSample]
+
+    @property
+    def trajectories(self) -> int:
+        return len(self.samples)
+
+
+def group_samples(group: Group, algorithm: Algorithm) -> tuple[list[TrainSample], bool]:
+    """Samples of one group and whether its rewards were all equal."""
+    members = group.trainable()
+    rewards = [t.reward if t.reward is not None else 0.0 for t in members]
+    zero_variance = len(set(rewards)) <= 1
+    advantages = grpo.group_advantages(rewards, len(members), std_normalize=algorithm.std_normalize)
+    mask_group = zero_variance and algorithm.zero_variance_groups == ZeroVariancePolicy.MASK
+    samples = [
+        TrainSample(
+            trajectory=t,
+            advantage=a,
+            carries_loss=(t.training_action == ClassAction.TRAIN) and not mask_group,
+        )
+        for t, a in zip(members, advantages, strict=False)
+    ]
+    return samples, zero_variance
+
+
+def select_step(
+    ready: Iterable[Group], *, trajectories_per_step: int, algorithm: Algorithm
+) -> StepSelection | None:
+    """Take complete groups, in order, until the step is full; ``None`` while it cannot be.
+
+    Groups with no usable signal are reported in ``dropped`` even when the step is not full yet,
+    so the caller can retire them from the buffer (and admit their replacements).
+    """
+    taken: list[Group] = []
+    dropped: list[Group] = []
+    samples: list[TrainSample] = []
+    zero_variance = 0  # among taken groups
+    zero_variance_dropped = 0
+    for group in ready:
+        if len(samples) >= trajectories_per_step:
+            break
+        if len(group.trainable()) < 2:
+            dropped.append(group)
+            continue
+        group_part, flat = group_samples(group, algorithm)
+        if flat and algorithm.zero_variance_groups == ZeroVariancePolicy.DROP_AND_REFILL:
+            zero_variance_dropped += 1
+            dropped.append(group)
+            continue
+        zero_variance += flat
+        taken.append(group)
+        samples.extend(group_part)
+    if len(samples) < trajectories_per_step:
+        if not dropped:
+            return None
+        # Not enough for a step, but the signal-less groups can leave now (and be refilled).
+        return StepSelection(
+            taken=[], dropped=dropped, zero_variance=zero_variance_dropped, samples=[]
+        )
+    return StepSelection(
+        taken=taken,
+        dropped=dropped,
+        zero_variance=zero_variance + zero_variance_dropped,
+        samples=samples,
+    )

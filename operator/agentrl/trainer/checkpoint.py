@@ -1,0 +1,113 @@
+"""Checkpoints: the backend's weights and optimizer plus the driver's state (step, data order,
+counters, restarts), written atomically every ``trainer.checkpoint.intervalSteps``.
+
+A killed trainer resumes from the newest complete checkpoint: same step, same counters, and the
+same data order — the tasks that were in flight when it was written are started again first,
+then the order continues where it stopped. Layout::
+
+    DIR/step-00000010/model/            weights (backend format)
+    DIR/step-00000010/optimizer.pt      optimizer state
+    DIR/step-00000010/driver.json       DriverState
+
+A directory is renamed into place only once complete, so a crash mid-write leaves the previous
+checkpoint as the newest. Callers: :mod:`agentrl.trainer.loop`, ``agentrl run --resume``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+DRIVER_FILE = "driver.json"
+
+
+class Counters(BaseModel):
+    """Running totals over the whole job (they survive restarts)."""
+
+    trajectories: int = 0
+    """Finished trajectories received from the rollout tier."""
+    trained_trajectories: int = 0
+    infra_errors: int = 0
+    infra_errors_in_training: int = 0
+    """Infra-error trajectories that reached a loss: 0 by construction, counted to prove it."""
+    dropped_groups: int = 0
+    zero_variance_groups: int = 0
+    classes: dict[str, int] = Field(default_factory=dict)
+    """Terminal class → trajectories."""
+
+
+class DriverState(BaseModel):
+    """The driver's part of a checkpoint."""
+
+    step: int = 0
+    task_cursor: int = 0
+    """Positions of the task order handed out so far."""
+    pending_positions: list[int] = Field(default_factory=list)
+    """Positions handed out but not yet trained on or dropped (restarted first on resume)."""
+    restarts: int = 0
+    """Times the trainer resumed from a checkpoint."""
+    counters: Counters = Field(default_factory=Counters)
+    elapsed_seconds: float = 0.0
+    """Wall time of the run before this checkpoint (summed over restarts)."""
+
+
+class Checkpointable(Protocol):
+    """A backend's persistence surface."""
+
+    def save_state(self, directory: Path) -> None: ...
+
+    def load_state(self, directory: Path) -> None: ...
+
+
+class CheckpointStore:
+    """Numbered checkpoints under one directory; keeps the newest ``keep``."""
+
+    def __init__(self, root: Path, *, keep: int = 3) -> None:
+        self.root = root
+        self.keep = keep
+
+    def _dir(self, step: int) -> Path:
+        return self.root / f"step-{step:08d}"
+
+    def save(self, backend: Checkpointable, state: DriverState) -> Path:
+        """Write a checkpoint of ``state.step``; returns its directory."""
+        final = self._dir(state.step)
+        tmp = self.root / f".tmp-{final.name}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        backend.save_state(tmp)
+        (tmp / DRIVER_FILE).write_text(state.model_dump_json(indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for old in self.steps()[: -self.keep]:
+            shutil.rmtree(self._dir(old))
+        return final
+
+    def steps(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for child in self.root.iterdir():
+            if child.name.startswith("step-") and (child / DRIVER_FILE).is_file():
+                found.append(int(child.name.removeprefix("step-")))
+        return sorted(found)
+
+    def latest(self) -> Path | None:
+        steps = self.steps()
+        return self._dir(steps[-1]) if steps else None
+
+    def load(self, backend: Checkpointable, directory: Path | None = None) -> DriverState | None:
+        """Restore the newest checkpoint (or ``directory``) into ``backend``; counts a restart."""
+        directory = directory or self.latest()
+        if directory is None:
+            return None
+        backend.load_state(directory)
+        state = DriverState.model_validate_json((directory / DRIVER_FILE).read_text())
+        state.restarts += 1
+        return state

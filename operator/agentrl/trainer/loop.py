@@ -1,0 +1,360 @@
+"""The asynchronous GRPO driver: trajectories in, steps out, weights pushed, checkpoints kept.
+
+The whole loop, in order::
+
+    for each finished trajectory (rollout scheduler, admission-paced):
+        file it in its group                        (buffer)
+        if complete groups hold a step's worth:     (batching: never waits for the slowest)
+            train one step                          (backend, in a thread: rollouts go on)
+            push weights every interval steps       (weight sync; admission opens a version)
+            checkpoint every interval steps
+            log one StepRecord
+
+Rollouts never stop for training: episodes keep running against the engines while the backend
+steps, which is where asynchronous GRPO gets its speed. The step-time breakdown measures the
+four parts the LMSYS/AMD report splits its step into: actor update, waiting for rollout, logprob
+recomputation, weight sync.
+
+Callers: ``agentrl run`` (:mod:`agentrl.local`) and the trainer pod's entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import Counter, Gauge
+from pydantic import BaseModel, Field
+
+from agentrl.api.job import AgentRLJobSpec
+from agentrl.api.rollout import ClassAction, TerminalClass
+from agentrl.rollout.admission import StalenessAdmission
+from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.trainer.batching import StepSelection, select_step
+from agentrl.trainer.buffer import GroupBuffer
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.torch_backend import StepStats
+from agentrl.trainer.weight_sync import WeightSync
+
+log = logging.getLogger(__name__)
+
+STEP = Gauge("agentrl_trainer_step", "Training steps done.")
+STEP_SECONDS = Counter(
+    "agentrl_trainer_step_seconds_total",
+    "Seconds spent per part of the training step.",
+    ["part"],
+)
+BUFFER_GROUPS = Gauge("agentrl_trainer_buffer_ready_groups", "Complete groups waiting.")
+STALENESS = Gauge("agentrl_trainer_staleness_max", "Largest staleness in the last step.")
+
+
+class Backend(Protocol):
+    """What the driver needs of a trainer backend."""
+
+    def train_step(self, samples: Sequence[object]) -> StepStats: ...
+
+    def save_state(self, directory: Path) -> None: ...
+
+    def load_state(self, directory: Path) -> None: ...
+
+
+class StepTimes(BaseModel):
+    """Seconds per part of one step."""
+
+    actor_update: float
+    waiting_for_rollout: float
+    logprob_recompute: float
+    weight_sync: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.actor_update + self.waiting_for_rollout + self.logprob_recompute + self.weight_sync
+        )
+
+
+class StepRecord(BaseModel):
+    """One line of ``steps.jsonl``: everything logged per step."""
+
+    step: int
+    wall_seconds: float
+    """Seconds since the run started (summed over restarts)."""
+    trajectories: int
+    tokens: int
+    reward_mean: float
+    pass_rate: float
+    """Share of the step's trajectories with reward 1 (the tests passed)."""
+    classes: dict[str, int]
+    """Terminal class → trajectories received since the previous step."""
+    infra_errors: int
+    """Infra errors received since the previous step (none of them trained on)."""
+    loss: float
+    grad_norm: float
+    clip_fraction: float
+    mismatch_abs_mean: float
+    """Mean |logprob trainer − engine| over loss tokens."""
+    ess: float
+    """Effective sample size of the importance weights."""
+    correction_fraction: float
+    zero_variance_share: float
+    """Share of the groups considered for this step whose rewards were all equal."""
+    staleness_mean: float
+    staleness_max: int
+    in_flight: int
+    """Episodes running when the step finished."""
+    weight_version: int
+    times: StepTimes
+    trajectory_lengths: list[int] = Field(default_factory=list)
+    """Tokens of each trajectory in the step (for the length histogram)."""
+
+
+class TaskOrder:
+    """The deterministic data order: position ``k`` → task, epoch by epoch, each epoch a fresh
+    seeded permutation. A resumed run continues from a position, so it sees the same order."""
+
+    def __init__(self, tasks: Sequence[Task], seed: int) -> None:
+        if not tasks:
+            raise ValueError("no training tasks")
+        self.tasks = list(tasks)
+        self.seed = seed
+        self._perms: dict[int, list[int]] = {}
+
+    def __getitem__(self, position: int) -> Task:
+        import random
+
+        n = len(self.tasks)
+        epoch, offset = divmod(position, n)
+        perm = self._perms.get(epoch)
+        if perm is None:
+            perm = list(range(n))
+            random.Random(f"{self.seed}:{epoch}").shuffle(perm)
+            self._perms[epoch] = perm
+        return self.tasks[perm[offset]]
+
+
+class TaskStream:
+    """The iterator handed to the rollout scheduler: pending positions first (after a resume),
+    then the order from the cursor. Remembers which position each handed-out task had."""
+
+    def __init__(self, order: TaskOrder, *, cursor: int, pending: Sequence[int]) -> None:
+        self.order = order
+        self.cursor = cursor
+        self._replay = list(pending)
+        self.positions: list[int] = []
+        """n-th task handed out → its position (the scheduler numbers groups by n)."""
+        self.outstanding: set[int] = set(pending)
+
+    def __iter__(self) -> Iterator[Task]:
+        return self
+
+    def __next__(self) -> Task:
+        if self._replay:
+            position = self._replay.pop(0)
+        else:
+            position = self.cursor
+            self.cursor += 1
+        self.positions.append(position)
+        self.outstanding.add(position)
+        return self.order[position]
+
+    def position_of(self, group_id: str) -> int:
+        """The position of a group named ``TASK#n`` by the scheduler."""
+        return self.positions[int(group_id.rsplit("#", 1)[1])]
+
+    def retire(self, group_id: str) -> None:
+        self.outstanding.discard(self.position_of(group_id))
+
+
+class TrajectorySource(Protocol):
+    """The rollout scheduler as the driver sees it."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def trajectories(self) -> object: ...
+
+    async def cancel(self) -> None: ...
+
+
+class TrainingDriver:
+    """Runs the loop above until ``trainer.maxSteps``."""
+
+    def __init__(
+        self,
+        *,
+        spec: AgentRLJobSpec,
+        backend: Backend,
+        source: TrajectorySource,
+        admission: StalenessAdmission,
+        weight_sync: WeightSync,
+        checkpoints: CheckpointStore,
+        stream: TaskStream,
+        state: DriverState,
+        steps_log: Path | None = None,
+        on_step: Callable[[StepRecord], None] | None = None,
+        on_trajectory: Callable[[Trajectory], None] | None = None,
+        max_steps: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.source = source
+        self.admission = admission
+        self.weight_sync = weight_sync
+        self.checkpoints = checkpoints
+        self.stream = stream
+        self.state = state
+        self.steps_log = steps_log
+        self.on_step = on_step
+        self.on_trajectory = on_trajectory
+        self.max_steps = max_steps or spec.trainer.max_steps
+        self.buffer = GroupBuffer(spec.rollout.group_size)
+        self.records: list[StepRecord] = []
+        self._since: dict[str, int] = {}
+        self._considered_groups = 0
+        self._zero_variance = 0
+        self._last_checkpoint = state.step
+
+    async def run(self) -> DriverState:
+        """Train until ``max_steps``; on cancellation, checkpoint the last finished step."""
+        started = time.monotonic() - self.state.elapsed_seconds
+        self._started = started
+        ready_since = time.monotonic()
+        iterator = self.source.trajectories().__aiter__()  # type: ignore[attr-defined]
+        try:
+            while self.state.step < self.max_steps:
+                try:
+                    trajectory = await iterator.__anext__()
+                except StopAsyncIteration:
+                    log.warning("the rollout tier ran out of tasks at step %d", self.state.step)
+                    break
+                self._receive(trajectory)
+                selection = select_step(
+                    self.buffer.ready(),
+                    trajectories_per_step=self.spec.trainer.trajectories_per_step,
+                    algorithm=self.spec.trainer.algorithm,
+                )
+                BUFFER_GROUPS.set(self.buffer.ready_groups)
+                if selection is None:
+                    continue
+                self._retire_dropped(selection)
+                if not selection.samples:
+                    continue
+                waited = time.monotonic() - ready_since
+                await self._train(selection, waited)
+                ready_since = time.monotonic()
+        except asyncio.CancelledError:
+            self._checkpoint_if_new()
+            raise
+        finally:
+            self.state.elapsed_seconds = time.monotonic() - started
+        self._checkpoint_if_new()
+        return self.state
+
+    # -- the parts ---------------------------------------------------------------------------
+
+    def _receive(self, trajectory: Trajectory) -> None:
+        counters = self.state.counters
+        counters.trajectories += 1
+        cls = trajectory.terminal_class.value
+        counters.classes[cls] = counters.classes.get(cls, 0) + 1
+        self._since[cls] = self._since.get(cls, 0) + 1
+        if trajectory.terminal_class == TerminalClass.INFRA_ERROR:
+            counters.infra_errors += 1
+        if self.on_trajectory is not None:
+            self.on_trajectory(trajectory)
+        self.buffer.add(trajectory, now=time.monotonic())
+
+    def _retire_dropped(self, selection: StepSelection) -> None:
+        for group in selection.dropped:
+            self.buffer.pop(group.group_id)
+            self.stream.retire(group.group_id)
+            # Their slots go back to admission so other groups refill the step (infra-dropped
+            # members were already released by the scheduler).
+            for t in group.trajectories:
+                if t.training_action != ClassAction.DROP:
+                    self.admission.release()
+            self.state.counters.dropped_groups += 1
+        self._considered_groups += len(selection.dropped) + len(selection.taken)
+        self._zero_variance += selection.zero_variance
+        self.state.counters.zero_variance_groups += selection.zero_variance
+
+    async def _train(self, selection: StepSelection, waited: float) -> None:
+        samples = selection.samples
+        # Infra errors never carry a reward into a loss; counted to prove it, not assumed.
+        leaked = sum(s.trajectory.terminal_class == TerminalClass.INFRA_ERROR for s in samples)
+        self.state.counters.infra_errors_in_training += leaked
+        stats = await asyncio.to_thread(self.backend.train_step, samples)
+        for group in selection.taken:
+            self.buffer.pop(group.group_id)
+            self.stream.retire(group.group_id)
+        self.state.step += 1
+        self.state.counters.trained_trajectories += len(samples)
+        version_trained = self.state.step - 1
+        sync_seconds = 0.0
+        if self.state.step % self.spec.trainer.weight_sync.interval_steps == 0:
+            await self.weight_sync.reconcile()
+            report = await self.weight_sync.push(self.state.step)
+            sync_seconds = report.seconds
+            self.admission.set_policy_version(self.state.step)
+        if self.state.step % self.spec.trainer.checkpoint.interval_steps == 0:
+            self._checkpoint()
+        staleness = [version_trained - s.trajectory.policy_version for s in samples]
+        rewards = [s.trajectory.reward or 0.0 for s in samples]
+        times = StepTimes(
+            actor_update=stats.update_seconds,
+            waiting_for_rollout=waited,
+            logprob_recompute=stats.recompute_seconds,
+            weight_sync=sync_seconds,
+        )
+        for part, seconds in times.model_dump().items():
+            STEP_SECONDS.labels(part=part).inc(seconds)
+        STEP.set(self.state.step)
+        STALENESS.set(max(staleness))
+        record = StepRecord(
+            step=self.state.step,
+            wall_seconds=time.monotonic() - self._started,
+            trajectories=len(samples),
+            tokens=sum(len(s.trajectory.token_ids) for s in samples),
+            reward_mean=sum(rewards) / len(rewards),
+            pass_rate=sum(r >= 1.0 for r in rewards) / len(rewards),
+            classes=dict(self._since),
+            infra_errors=self._since.get(TerminalClass.INFRA_ERROR.value, 0),
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            clip_fraction=stats.loss_stats.clip_fraction,
+            mismatch_abs_mean=stats.loss_stats.mismatch_abs_mean,
+            ess=stats.loss_stats.ess,
+            correction_fraction=stats.loss_stats.correction_fraction,
+            zero_variance_share=self._zero_variance / max(self._considered_groups, 1),
+            staleness_mean=sum(staleness) / len(staleness),
+            staleness_max=max(staleness),
+            in_flight=self.source.in_flight,
+            weight_version=self.weight_sync.current_version,
+            times=times,
+            trajectory_lengths=[len(s.trajectory.token_ids) for s in samples],
+        )
+        self._since = {}
+        self._considered_groups = 0
+        self._zero_variance = 0
+        self.records.append(record)
+        if self.steps_log is not None:
+            with self.steps_log.open("a", encoding="utf-8") as fh:
+                fh.write(record.model_dump_json() + "\n")
+        if self.on_step is not None:
+            self.on_step(record)
+
+    def _checkpoint(self) -> None:
+        self.state.task_cursor = self.stream.cursor
+        self.state.pending_positions = sorted(self.stream.outstanding)
+        self.state.elapsed_seconds = time.monotonic() - self._started
+        self.checkpoints.save(self.backend, self.state)
+        self._last_checkpoint = self.state.step
+
+    def _checkpoint_if_new(self) -> None:
+        if self.state.step > self._last_checkpoint:
+            self._checkpoint()

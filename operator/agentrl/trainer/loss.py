@@ -1,0 +1,133 @@
+"""The GRPO policy loss in torch: clipped surrogate with separate low/high clip, train/inference
+mismatch correction (TIS or ICEPOP), optional low-variance KL to the reference policy, and the
+aggregation of per-token losses into one number.
+
+Called by the trainer backends (:mod:`agentrl.trainer.torch_backend`, the megatron backend) on a
+flat batch: every generated token of every trajectory in the step, with the index of the
+trajectory it belongs to. Three logprobs per token:
+
+* ``logp`` — the current policy, with gradient;
+* ``logp_old`` — the trainer's recomputation with the weights at the start of the step (the
+  PPO "old" policy; no gradient);
+* ``logp_engine`` — what the engine reported while sampling (the behaviour policy).
+
+The PPO ratio is ``exp(logp − logp_old)``; the mismatch weight is ``exp(logp_old − logp_engine)``
+(stale weights, kernels that differ between engine and trainer). TIS multiplies each token's
+loss by that weight clamped into ``[low, high]``; ICEPOP drops tokens whose weight falls outside.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel
+
+from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation
+
+
+class LossStats(BaseModel):
+    """What one loss evaluation reports (logged per step)."""
+
+    clip_fraction: float
+    """Share of loss tokens whose PPO ratio was clipped."""
+    mismatch_abs_mean: float
+    """Mean |logp_old − logp_engine| over loss tokens (trainer vs engine)."""
+    ess: float
+    """Normalised effective sample size of the mismatch weights."""
+    correction_fraction: float
+    """Share of loss tokens whose weight TIS clamped or ICEPOP dropped."""
+    kl: float
+    """Mean low-variance KL to the reference policy (0 when not computed)."""
+    tokens: int
+    """Tokens that carry loss."""
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    seq_index: torch.Tensor,
+    num_seqs: int,
+    mode: LossAggregation,
+) -> torch.Tensor:
+    """Per-token losses → one loss.
+
+    * ``token-mean``: every loss token counts equally (long trajectories weigh more);
+    * ``seq-mean-token-mean``: mean within a trajectory, then over trajectories;
+    * ``seq-mean-token-sum``: sum within a trajectory, then mean over trajectories.
+
+    Trajectories without loss tokens are left out of the sequence means.
+    """
+    masked = per_token * mask
+    if mode == LossAggregation.TOKEN_MEAN:
+        return masked.sum() / mask.sum().clamp_min(1.0)
+    zeros = torch.zeros(num_seqs, dtype=per_token.dtype, device=per_token.device)
+    seq_sum = zeros.index_add(0, seq_index, masked)
+    seq_count = zeros.index_add(0, seq_index, mask)
+    present = seq_count > 0
+    if not bool(present.any()):
+        return masked.sum() * 0.0
+    if mode == LossAggregation.SEQ_MEAN_TOKEN_MEAN:
+        per_seq = seq_sum[present] / seq_count[present]
+    else:
+        per_seq = seq_sum[present]
+    return per_seq.mean()
+
+
+def low_variance_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """The k3 estimator of KL(π‖π_ref) per token: ``exp(r) − r − 1`` with ``r = ref − logp``;
+    non-negative and unbiased."""
+    r = logp_ref - logp
+    return torch.exp(r) - r - 1.0
+
+
+def grpo_loss(
+    *,
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_engine: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    seq_index: torch.Tensor,
+    num_seqs: int,
+    algorithm: Algorithm,
+    logp_ref: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """The step's loss and its statistics. All tensors are flat, one entry per token."""
+    mask = loss_mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - logp_old)
+    low, high = 1.0 - algorithm.clip_low, 1.0 + algorithm.clip_high
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, low, high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    was_clipped = (clipped < unclipped).to(logp.dtype)
+
+    correction = algorithm.off_policy_correction
+    weights = torch.exp(logp_old - logp_engine).detach()
+    outside = ((weights < correction.low) | (weights > correction.high)).to(logp.dtype)
+    if correction.mode == CorrectionMode.TIS:
+        per_token = per_token * torch.clamp(weights, correction.low, correction.high)
+    elif correction.mode == CorrectionMode.ICEPOP:
+        mask = mask * (1.0 - outside)
+
+    kl_value = torch.zeros(())
+    if logp_ref is not None and algorithm.kl_coef > 0.0:
+        kl = low_variance_kl(logp, logp_ref.detach())
+        per_token = per_token + algorithm.kl_coef * kl
+        kl_value = (kl * mask).sum() / mask.sum().clamp_min(1.0)
+
+    loss = aggregate(per_token, mask, seq_index, num_seqs, algorithm.loss_aggregation)
+
+    # Statistics over the tokens that were meant to carry loss (before ICEPOP removed any).
+    n = float(loss_mask.sum().clamp_min(1.0))
+    w_masked = weights * loss_mask
+    ess = float(w_masked.sum() ** 2 / (n * (w_masked**2).sum().clamp_min(1e-30)))
+    stats = LossStats(
+        clip_fraction=float((was_clipped * loss_mask).sum()) / n,
+        mismatch_abs_mean=float(((logp_old - logp_engine).abs() * loss_mask).sum()) / n,
+        ess=min(ess, 1.0),
+        correction_fraction=float((outside * loss_mask).sum()) / n
+        if correction.mode != CorrectionMode.NONE
+        else 0.0,
+        kl=float(kl_value.detach()),
+        tokens=int(loss_mask.sum()),
+    )
+    return loss, stats

@@ -1,0 +1,54 @@
+"""A short ``agentrl run``: real episodes, real steps; its summary agrees with its own logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agentrl.local.cli import run
+
+QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
+
+
+@pytest.mark.slow
+def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: Path) -> None:
+    manifest = yaml.safe_load(QUICKSTART.read_text())
+    spec = manifest["spec"]
+    spec["trainer"]["trajectoriesPerStep"] = 4
+    spec["rollout"]["groupSize"] = 2
+    spec["rollout"]["maxTurns"] = 3
+    spec["sandbox"]["concurrency"] = 4
+    spec["dataset"]["maxTasks"] = 12
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    run_dir, report = tmp_path / "run", tmp_path / "report"
+
+    result = CliRunner().invoke(
+        run,
+        [str(path), "--quiet", "--no-ray", "--max-steps", "2", "--eval-samples", "1",
+         "--run-dir", str(run_dir), "--report", str(report)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    summary = json.loads((report / "summary.json").read_text())
+    steps = [json.loads(x) for x in (run_dir / "logs" / "steps.jsonl").read_text().splitlines()]
+    assert summary["steps"] == len(steps) == 2
+    assert summary["trained_trajectories"] == sum(s["trajectories"] for s in steps)
+    assert summary["infra_errors_in_training"] == 0
+    assert summary["reward_mean_last_step"] == steps[-1]["reward_mean"]
+    for part, seconds in summary["step_time_seconds"].items():
+        assert seconds == pytest.approx(sum(s["times"][part] for s in steps))
+    # every trajectory the trainer received has exactly one terminal class
+    assert sum(summary["classes"].values()) == summary["trajectories"]
+    # pass@1 was measured on the held-out tasks (12 tasks × 0.25 = 3, one episode each)
+    assert summary["held_out_tasks"] == 3
+    assert summary["eval_before"]["episodes"] + summary["eval_before"]["infra_errors"] == 3
+    assert 0.0 <= summary["pass_at_1_before"] <= 1.0
+    for png in ("reward.png", "lengths.png", "step_time.png"):
+        assert (report / png).stat().st_size > 0
+    # the last step was checkpointed, so --resume has something to continue from
+    assert (run_dir / "checkpoints" / "step-00000002" / "driver.json").is_file()
