@@ -248,14 +248,15 @@ class LocalCluster:
         bins: binaries_mod.Binaries,
         echo: Callable[[str], None] = lambda _msg: None,
         timeout: float = 120.0,
-    ) -> None:
-        """Start every component (those not already running) and apply the nodes."""
+    ) -> bool:
+        """Start every component (those not already running) and apply the nodes; returns
+        False when the cluster was already running (nothing was started)."""
         alive = {n: p for n, p in self.running().items() if p is not None}
         if len(alive) == len(COMPONENTS) and self.apiserver_ready():
             echo(f"cluster '{self.name}' is already running at {self.server}")
             self._apply_nodes(bins, profile)
             self._record(profile)
-            return
+            return False
         if alive:
             echo(f"cluster '{self.name}' is partly running ({', '.join(alive)}): restarting it")
             self.down()
@@ -290,6 +291,7 @@ class LocalCluster:
             "kube-controller-manager",
         )
         echo(f"cluster '{self.name}' up in {time.monotonic() - started:.1f}s at {self.server}")
+        return True
 
     def _record(self, profile: ClusterProfile) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)

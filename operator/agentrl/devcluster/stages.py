@@ -348,7 +348,7 @@ POD_OUTCOME_STAGES = "---\n".join(
     ]
 )
 
-POD_DELETE_STAGE = f"""\
+POD_DELETE_STAGE = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:

@@ -57,11 +57,13 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
         return
     bins = binaries.ensure(echo=True)
     local = LocalCluster(TEST_CLUSTER_NAME, port=TEST_CLUSTER_PORT)
-    local.up(profile or ClusterProfile(), bins=bins, timeout=240)
+    started = local.up(profile or ClusterProfile(), bins=bins, timeout=240)
     try:
         yield ClusterHandle(local.kubeconfig, bins, local)
     finally:
-        if not os.environ.get("AGENTRL_TEST_KEEP_CLUSTER"):
+        # stop only what this session started: another session may be using a cluster that
+        # was already running
+        if started and not os.environ.get("AGENTRL_TEST_KEEP_CLUSTER"):
             local.down()
 
 
