@@ -167,7 +167,8 @@ def main() -> None:
             )
         shared_volume(k_a)
         port = 58080
-        log = tempfile.NamedTemporaryFile(prefix="bench-operator-", suffix=".log", delete=False)
+        log_path = Path(tempfile.mkdtemp(prefix="bench-operator-")) / "operator.log"
+        log = log_path.open("ab")
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         op = subprocess.Popen(
             [

@@ -4,7 +4,6 @@ tier, suspend/resume, trainer restarts, deadlines, TTL, deletion and restart saf
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

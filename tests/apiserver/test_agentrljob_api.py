@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.api.cases import BASE, INVALID, Case, merge
 
 from agentrl.api import AgentRLJob
 from agentrl.devcluster.testing import Kubectl
-from tests.api.cases import BASE, INVALID, Case, merge
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.usefixtures("crd_installed")]
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.engine.factories import make_job
 
 from agentrl.reconcile import engine_flags
 from agentrl.reconcile.engine_flags import EngineFlagError, launch_args, rocm_env
+from tests.engine.factories import make_job
 
 
 def test_default_job_gives_exactly_the_reference_flag_set() -> None:

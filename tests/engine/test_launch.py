@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.engine.factories import make_job
 
 from agentrl.reconcile.engine_flags import launch_args
+from tests.engine.factories import make_job
 
 #: Stands in for `python3 -m sglang.launch_server`: reports what it was started with (argv,
 #: whether it leads its process group, two env values), prints a fault line, exits 3.

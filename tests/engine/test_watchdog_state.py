@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from tests.engine.factories import make_job
 
 from agentrl.engine.watchdog import (
     ENGINE_EXITED,
@@ -23,6 +22,7 @@ from agentrl.engine.watchdog import (
 )
 from agentrl.engine.watchdog_report import FakeReporter, WatchdogState
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
+from tests.engine.factories import make_job
 
 FAULT = "Memory access fault by GPU node-0 (Agent handle: 0x1) on address 0x2. Reason: Unknown."
 

@@ -36,6 +36,25 @@ def test_a_success_status_is_exit_code_zero() -> None:
     assert kube_exec.exit_code_from_status({"status": "Success"}) == 0
 
 
+def test_an_exit_status_wrapped_in_an_internal_error_is_still_the_exit_code() -> None:
+    # What kwok's local exec (the local control plane) sends for `exit 3`: Go's ExitError text
+    # at the end of the message instead of a NonZeroExitCode cause.
+    status = {
+        "status": "Failure",
+        "reason": "InternalError",
+        "message": "Internal error occurred: error executing command in container: cmd wait: "
+        "timeout -k 1 10 /bin/sh -c exit 3: exit status 3",
+    }
+    assert kube_exec.exit_code_from_status(status) == 3
+
+
+def test_a_message_that_merely_mentions_an_exit_status_is_not_an_exit_code() -> None:
+    with pytest.raises(SandboxExecError, match="exit status 3 expected"):
+        kube_exec.exit_code_from_status(
+            {"status": "Failure", "reason": "InternalError", "message": "exit status 3 expected"}
+        )
+
+
 def test_a_failure_without_an_exit_code_is_an_exec_error() -> None:
     with pytest.raises(SandboxExecError, match="container not found"):
         kube_exec.exit_code_from_status(
@@ -60,7 +79,17 @@ def test_file_write_commands_recreate_the_exact_bytes(tmp_path: Path) -> None:
     data = bytes(range(256)) * 390 + b"tail"
     target = tmp_path / "sub dir" / "blob.bin"
     commands = kube_exec.write_commands(str(target), data)
-    assert len(commands) == 1 + 3
+    # 100,000 = 2 × 49,152 + 1,696: three chunks, the first one also creating the file
+    assert len(commands) == 3
     for argv in commands:
         subprocess.run(argv, check=True)
     assert target.read_bytes() == data
+
+
+def test_a_small_file_is_written_with_one_command_and_an_empty_one_too(tmp_path: Path) -> None:
+    for data in (b"VALUE = 'BUG'\n", b""):
+        target = tmp_path / "new dir" / "app.py"
+        commands = kube_exec.write_commands(str(target), data)
+        assert len(commands) == 1
+        subprocess.run(commands[0], check=True)
+        assert target.read_bytes() == data

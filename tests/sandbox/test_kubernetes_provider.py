@@ -24,7 +24,14 @@ class FakeTransport:
 
     namespace = "ns"
 
-    def __init__(self, *, pending_polls: int = 1, fail_phase: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        pending_polls: int = 1,
+        fail_phase: str | None = None,
+        lose_create_answer: bool = False,
+    ) -> None:
+        self.lose_create_answer = lose_create_answer
         self.pods: dict[str, dict[str, Any]] = {}
         self.polls: dict[str, int] = {}
         self.pending_polls = pending_polls
@@ -35,6 +42,8 @@ class FakeTransport:
 
     async def create_pod(self, manifest: dict[str, Any]) -> None:
         self.pods[manifest["metadata"]["name"]] = manifest
+        if self.lose_create_answer:  # stored by the server, but the answer never arrived
+            raise TimeoutError("read timed out")
 
     async def pod_phase(self, name: str) -> tuple[str, str]:
         self.polls[name] = self.polls.get(name, 0) + 1
@@ -159,3 +168,34 @@ async def test_reading_a_missing_file_raises_file_not_found() -> None:
     transport.exec_answer = (b"", b"", 44)
     with pytest.raises(FileNotFoundError):
         await sandbox.read_file("nope.txt")
+
+
+async def test_a_create_whose_answer_was_lost_deletes_the_pod_the_server_stored() -> None:
+    transport = FakeTransport(lose_create_answer=True)
+    with pytest.raises(SandboxCreateError, match="read timed out"):
+        await provider(transport).create(SandboxRequest(episode_id="t"))
+    # The pod was stored; it was deleted again, so no uncounted sandbox stays alive.
+    assert len(transport.deleted) == 1
+    assert transport.pods == {}
+
+
+async def test_reaping_matches_the_jobs_labels_as_well_as_the_worker_id() -> None:
+    transport = FakeTransport()
+    template, prefix = template_from_job(job(), namespace="ns", uid="uid-1")
+    reaper = KubernetesProvider(
+        transport=transport,
+        pod_template=template,
+        name_prefix=prefix,
+        worker_id="rollout-0",
+        creates_per_second=1000,
+        poll_seconds=0,
+        job_selector={"agentrl.dev/job": "swe"},
+    )
+    transport.pods["swe-sbx-old"] = {
+        "metadata": {"labels": {WORKER_LABEL: "rollout-0", "agentrl.dev/job": "swe"}}
+    }
+    transport.pods["other-sbx-old"] = {
+        "metadata": {"labels": {WORKER_LABEL: "rollout-0", "agentrl.dev/job": "other"}}
+    }
+    assert await reaper.reap() == 1
+    assert transport.deleted == ["swe-sbx-old"]

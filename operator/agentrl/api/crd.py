@@ -76,34 +76,32 @@ class _Converter:
             raise ValueError(f"unions are not structural: {node}")
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key in _DROP:
-                continue
-            if key == "description":
-                out["description"] = clean_description(value)
-                continue
-            if key == "properties":
-                out["properties"] = {k: self.convert(v) for k, v in value.items()}
-            elif key == "items":
-                out["items"] = self.convert(value)
-            elif key == "additionalProperties":
-                if isinstance(value, dict):
-                    out["additionalProperties"] = self.convert(value)
-                # `false` (extra="forbid") is expressed by the structural schema itself
-            elif key == "const":
-                out["enum"] = [value]
-            elif key == "exclusiveMinimum":
-                out["minimum"] = value
-                out["exclusiveMinimum"] = True
-            elif key == "exclusiveMaximum":
-                out["maximum"] = value
-                out["exclusiveMaximum"] = True
-            elif key == "maxProperties" or key == "minProperties":
-                out[key] = value
-            else:
-                out[key] = value
+            self._convert_key(key, value, out)
         if "enum" in out and "type" not in out:
             out["type"] = "string"
         return out
+
+    def _convert_key(self, key: str, value: Any, out: dict[str, Any]) -> None:
+        """One keyword of a JSON Schema node, in its OpenAPI 3.0 structural spelling."""
+        if key in _DROP:
+            return
+        if key == "description":
+            out["description"] = clean_description(value)
+        elif key == "properties":
+            out["properties"] = {k: self.convert(v) for k, v in value.items()}
+        elif key == "items":
+            out["items"] = self.convert(value)
+        elif key == "additionalProperties":
+            # `false` (extra="forbid") is expressed by the structural schema itself
+            if isinstance(value, dict):
+                out["additionalProperties"] = self.convert(value)
+        elif key == "const":
+            out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        else:
+            out[key] = value
 
 
 def _collection_defaults(cls: type[ManifestModel], schema: dict[str, Any]) -> None:

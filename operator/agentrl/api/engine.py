@@ -112,7 +112,8 @@ class InferenceSpec(ManifestModel):
             reason="FieldValueForbidden",
         ),
         Rule(
-            cel="!has(self.graphs.maxBatchSize) || self.graphs.maxBatchSize <= self.maxRunningRequests",
+            cel="!has(self.graphs.maxBatchSize) || "
+            "self.graphs.maxBatchSize <= self.maxRunningRequests",
             message_expression="'graphs.maxBatchSize (%d) must not exceed maxRunningRequests "
             "(%d): a graph larger than the largest batch is never used'"
             ".format([self.graphs.maxBatchSize, self.maxRunningRequests])",

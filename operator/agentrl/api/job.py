@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from agentrl.api.base import ManifestModel
 from agentrl.api.engine import InferenceSpec
@@ -110,7 +110,7 @@ class AgentRLJobSpec(ManifestModel):
 class ObjectMeta(ManifestModel):
     """The part of metadata a manifest sets."""
 
-    model_config = {**ManifestModel.model_config, "extra": "allow"}
+    model_config = ConfigDict(**{**ManifestModel.model_config, "extra": "allow"})
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     """Job name: a DNS label of at most 40 characters (children append suffixes)."""

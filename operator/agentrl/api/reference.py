@@ -103,7 +103,7 @@ def _section(model: type[ManifestModel], path: str, out: list[str], seen: set[st
         if sub is not None:
             suffix = "[]" if typing.get_origin(info.annotation) is list else ""
             nested.append((sub, f"{path}.{alias}{suffix}" if path else alias))
-    rules = [r for r in model.cel_rules]
+    rules = list(model.cel_rules)
     if rules:
         out.append("\nRules (enforced by the API server and by `agentrl validate`):\n")
         for rule in rules:
