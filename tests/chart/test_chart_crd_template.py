@@ -40,5 +40,12 @@ def test_a_drifted_chart_template_is_reported_with_the_command_that_fixes_it(tmp
 
 def test_helm_template_wraps_the_crd_in_crds_install_only() -> None:
     text = (TEMPLATE_DIR / CRD_FILE).read_text()
-    actions = [line for line in text.splitlines() if "{{" in line]
-    assert actions == ["{{- if .Values.crds.install }}", "{{- end }}"]
+    actions = [line.strip() for line in text.splitlines() if "{{" in line]
+    assert actions[0] == "{{- if .Values.crds.install }}"
+    assert actions[-1] == "{{- end }}"
+    # every other action is a job default: `default: {{ toJson .Values.jobDefaults.KEY }}`
+    # (the field's own default, or its entry in the whole-object default)
+    inner = actions[1:-1]
+    assert inner and all(".Values.jobDefaults." in a and "toJson" in a for a in inner)
+    # 8 defaults, each in two places
+    assert len(inner) == 16

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.charting import Helm, find, kinds
+from tests.chart.charting import Helm, HelmError, find, kinds
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +287,40 @@ def test_operator_scheduling_values_reach_the_pod(helm: Helm) -> None:
     assert pod_template["spec"]["tolerations"] == [toleration]
     assert pod_template["spec"]["priorityClassName"] == "system-cluster-critical"
     assert pod_template["metadata"]["labels"]["team"] == "ml"
+
+
+def test_job_defaults_become_the_crds_schema_defaults(helm: Helm) -> None:
+    values = {
+        "jobDefaults": {
+            "engineImage": "registry.local/sglang-engine:7",
+            "trainerImage": "registry.local/rocm-trainer:7",
+            "gpuResource": "amd.com/gpu",
+            "gpuNodeSelector": {"amd.com/gpu.product-name": "AMD_Instinct_MI300X"},
+            "gpuTolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "sandboxNodeSelector": {"pool": "sandbox"},
+            "sandboxTolerations": [],
+            "imagePullSecrets": ["hub"],
+        }
+    }
+    crd = next(d for d in helm.template(values) if d["kind"] == "CustomResourceDefinition")
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    inference = spec["properties"]["inference"]
+    # both the field's own default and the whole-object default (an omitted `inference`)
+    for default in (inference["default"], {
+        k: v["default"] for k, v in inference["properties"].items() if "default" in v
+    }):
+        assert default["image"] == "registry.local/sglang-engine:7"
+        assert default["nodeSelector"] == {"amd.com/gpu.product-name": "AMD_Instinct_MI300X"}
+        assert default["tolerations"] == values["jobDefaults"]["gpuTolerations"]
+    trainer = spec["properties"]["trainer"]
+    assert trainer["default"]["image"] == "registry.local/rocm-trainer:7"
+    assert trainer["properties"]["image"]["default"] == "registry.local/rocm-trainer:7"
+    sandbox = spec["properties"]["sandbox"]
+    assert sandbox["default"]["nodeSelector"] == {"pool": "sandbox"}
+    assert spec["properties"]["dataset"]["default"]["imagePullSecrets"] == ["hub"]
+
+
+def test_a_job_default_of_the_wrong_type_is_refused_naming_it(helm: Helm) -> None:
+    with pytest.raises(HelmError) as err:
+        helm.template({"jobDefaults": {"gpuNodeSelector": ["not", "a", "map"]}})
+    assert "jobDefaults/gpuNodeSelector" in err.value.stderr

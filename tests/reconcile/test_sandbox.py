@@ -134,3 +134,10 @@ def test_sandbox_pod_labels_match_the_network_policy_selector():
     labels = sandbox.sandbox_pod(job, ctx, pod_name="swe-sbx-x")["metadata"]["labels"]
     selector = sandbox.network_policy(job, ctx)["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= labels.items()
+
+
+def test_sandbox_pod_tolerates_the_sandbox_pools_taints():
+    taint = {"key": "pool", "operator": "Equal", "value": "sandbox", "effect": "NoSchedule"}
+    job = make_job("swe").with_sandbox(tolerations=[taint]).obj()
+    pod = sandbox.sandbox_pod(job, BuildContext.for_job(job), pod_name="swe-sbx-x")
+    assert pod["spec"]["tolerations"] == [taint]

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from agentrl.api.base import LabelStr, ManifestModel, ShortStr
+from agentrl.api.engine import Toleration
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
@@ -119,7 +120,9 @@ class SandboxSpec(ManifestModel):
     runtime_class_name: str | None = Field(default=None, max_length=253)
     """RuntimeClass of sandbox pods (e.g. ``kata`` or ``gvisor``)."""
     node_selector: dict[LabelStr, LabelStr] = Field(default_factory=dict, max_length=32)
-    """Node labels sandbox pods require."""
+    """Node labels sandbox pods require (the Helm chart can set a cluster-wide default)."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    """Tolerations of sandbox pods, for tainted sandbox node pools."""
     allow_internet: bool = False
     """Let sandboxes reach public addresses (never cluster services, RFC1918 or metadata)."""
     startup_timeout_seconds: int = Field(default=300, ge=1, le=7200)

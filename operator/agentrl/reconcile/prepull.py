@@ -163,6 +163,8 @@ def _pod_spec(
     }
     if job.spec.sandbox.node_selector:
         spec["nodeSelector"] = dict(sorted(job.spec.sandbox.node_selector.items()))
+    if job.spec.sandbox.tolerations:
+        spec["tolerations"] = [t.to_manifest() for t in job.spec.sandbox.tolerations]
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
     return spec

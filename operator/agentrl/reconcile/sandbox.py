@@ -100,6 +100,8 @@ def sandbox_pod(
         spec["runtimeClassName"] = sandbox.runtime_class_name
     if sandbox.node_selector:
         spec["nodeSelector"] = dict(sorted(sandbox.node_selector.items()))
+    if sandbox.tolerations:
+        spec["tolerations"] = [t.to_manifest() for t in sandbox.tolerations]
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
     return {
