@@ -7,7 +7,8 @@ The first two need only the API server and kube-controller-manager; the others r
 operator as a process (the ``operator`` fixture). The rollout tier's Deployment runs on kwok
 nodes, where no code runs, so the scaling test runs a rollout worker in the test process
 instead: the real :class:`~agentrl.rollout.scheduler.RolloutScheduler` and kubernetes sandbox
-provider, following the concurrency in the ConfigMap the operator writes.
+provider, following the concurrency in the ConfigMap the operator writes through
+:mod:`agentrl.rollout.concurrency_source`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.policies.autoscale import REASON_LOWERED, REASON_RAISED
 from agentrl.reconcile.prepull import prepull_daemonsets, prepull_progress
+from agentrl.rollout.concurrency_source import ConfigMapSource, follow
 from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.sandbox.kubernetes import KubeApiTransport, KubernetesProvider, template_from_job
 from agentrl.sandbox.provider import SandboxRequest
@@ -199,15 +201,6 @@ class HoldingRunner:
         )
 
 
-async def _follow(kubectl: Kubectl, name: str, scheduler: RolloutScheduler) -> None:
-    """What a rollout worker does: follow the in-effect concurrency in the ConfigMap."""
-    while True:
-        value = await asyncio.to_thread(runtime_concurrency, kubectl, name)
-        if value is not None:
-            scheduler.set_concurrency(value)
-        await asyncio.sleep(0.5)
-
-
 async def _wait(check: Any, *, timeout: float, what: str) -> Any:
     return await asyncio.to_thread(wait_for, check, timeout=timeout, interval=0.5, what=what)
 
@@ -243,7 +236,12 @@ async def test_kubectl_scale_up_and_down_changes_the_sandbox_pods_in_flight(
     tasks = (types.SimpleNamespace(id=f"t{i}") for i in range(10_000))
     scheduler = RolloutScheduler(runner=runner, tasks=tasks, concurrency=0)  # type: ignore[arg-type]
     scheduler.start()
-    follower = asyncio.create_task(_follow(kubectl, "scaled", scheduler))
+    # What a rollout worker outside the cluster does: watch the in-effect concurrency in the
+    # ConfigMap the operator writes (in the cluster it polls the mounted file instead).
+    source = ConfigMapSource(
+        kubectl.namespace or "default", "scaled-config", kubeconfig=str(cluster.kubeconfig)
+    )
+    follower = asyncio.create_task(follow(source, scheduler))
     try:
         await _wait(
             lambda: live_sandbox_pods(kubectl) == 2, timeout=60, what="2 sandbox pods in flight"

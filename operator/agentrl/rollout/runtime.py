@@ -30,6 +30,7 @@ from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
+from agentrl.rollout.concurrency_source import ConcurrencySource, follow, split_concurrency
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks.model import Task
@@ -42,8 +43,7 @@ HEALTH_INTERVAL_SECONDS = 5.0
 def worker_concurrency(spec: AgentRLJobSpec, workers: int, index: int) -> int:
     """This worker's share of ``spec.sandbox.concurrency``: an even split, the remainder going
     to the first workers, so the shares add up to exactly the spec's number."""
-    total = spec.sandbox.concurrency
-    return total // workers + (1 if index < total % workers else 0)
+    return split_concurrency(spec.sandbox.concurrency, workers, index)
 
 
 async def turn_tokenizer_for(client: EngineClient) -> TurnTokenizer:
@@ -70,8 +70,13 @@ async def open_rollout(
     workers: int = 1,
     worker_index: int = 0,
     tokenizer: TurnTokenizer | None = None,
+    concurrency_source: ConcurrencySource | None = None,
 ) -> AsyncIterator[RolloutScheduler]:
-    """A running scheduler for this worker; engines closed and health loop stopped on exit."""
+    """A running scheduler for this worker; engines closed and health loop stopped on exit.
+
+    With ``concurrency_source`` (on a cluster: :func:`~agentrl.rollout.concurrency_source.
+    source_for_worker`), the scheduler follows the in-effect concurrency the operator writes,
+    starting from the spec's figure until the source's first reading."""
     concurrency = worker_concurrency(spec, workers, worker_index)
     pool_size = min(connection_pool_size(spec), concurrency + 4) if concurrency else 4
     clients = [
@@ -81,6 +86,7 @@ async def open_rollout(
         for url in engine_urls
     ]
     health: asyncio.Task[None] | None = None
+    follower: asyncio.Task[None] | None = None
     try:
         pool = EnginePool(clients)
         caps = EpisodeCaps.from_spec(spec)
@@ -105,11 +111,17 @@ async def open_rollout(
             batch_size=spec.trainer.trajectories_per_step,
         )
         health = asyncio.create_task(pool.watch_health(HEALTH_INTERVAL_SECONDS))
+        if concurrency_source is not None:
+            follower = asyncio.create_task(
+                follow(concurrency_source, scheduler, worker_index=worker_index),
+                name="rollout-concurrency-follower",
+            )
         async with scheduler:
             yield scheduler
     finally:
-        if health is not None:
-            health.cancel()
-            await asyncio.gather(health, return_exceptions=True)
+        for task in (follower, health):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for client in clients:
             await client.close()

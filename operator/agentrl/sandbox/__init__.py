@@ -48,17 +48,20 @@ def open_provider(
     namespace: str | None = None,
     worker_id: str = "local",
     kubeconfig: str | None = None,
+    local_base_dir: str | None = None,
 ) -> InstrumentedProvider:
     """The provider ``spec.provider`` names, configured from the spec and instrumented.
 
     ``kubernetes`` needs the job (its hardened pod template) and the namespace; ``worker_id`` is
-    the rollout worker's stable name (its pod name), used to reap pods after a crash.
+    the rollout worker's stable name (its pod name), used to reap pods after a crash;
+    ``local_base_dir`` is where ``local`` sandboxes make their directories.
     """
     provider: SandboxProvider
     if spec.provider == ProviderName.LOCAL:
         from agentrl.sandbox.local import LocalProvider
 
         provider = LocalProvider(
+            base_dir=local_base_dir,
             memory_bytes=int(parse_quantity(spec.memory)),
             max_file_bytes=int(parse_quantity(spec.ephemeral_storage)),
         )
@@ -78,6 +81,7 @@ def open_provider(
         from agentrl.sandbox.kubernetes import (
             KubeApiTransport,
             KubernetesProvider,
+            job_selector,
             template_from_job,
         )
 
@@ -91,5 +95,6 @@ def open_provider(
             name_prefix=prefix,
             worker_id=worker_id,
             creates_per_second=spec.max_creates_per_second,
+            job_selector=job_selector(job),
         )
     return InstrumentedProvider(provider)

@@ -3,7 +3,11 @@
 The API server streams an exec as websocket messages whose first byte is the channel
 (0 stdin, 1 stdout, 2 stderr, 3 error/status, 4 resize; ``v5.channel.k8s.io`` adds 255 close).
 The status channel carries a ``metav1.Status``: ``Success``, or ``Failure`` with reason
-``NonZeroExitCode`` and the code in ``details.causes[reason=ExitCode].message``.
+``NonZeroExitCode`` and the code in ``details.causes[reason=ExitCode].message``. A streaming
+server that does not hand the kubelet library an exit error of its own type (kwok's local exec,
+which the local control plane uses) reports the same exit as ``InternalError`` whose message
+ends in Go's ``exit status N``; that form is read as exit code N too, so a failing command is a
+result on every server rather than an infrastructure error on some.
 
 Files travel as commands, which works on every protocol version (v4 cannot close stdin):
 base64 chunks appended with ``printf | base64 -d``, read back with ``cat``.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlencode
@@ -29,6 +34,8 @@ PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 #: Bytes of file content per write command (base64 makes it 4/3 larger; ARG_MAX is ≥ 128 KiB
 #: per argument on Linux).
 FILE_CHUNK_BYTES = 48 * 1024
+#: The tail of Go's ``*exec.ExitError`` message, as servers that wrap it send it.
+_GO_EXIT_STATUS = re.compile(r"(?:^|: )exit status (\d+)$")
 
 
 def exec_url(server: str, namespace: str, pod: str, argv: Sequence[str], container: str) -> str:
@@ -51,6 +58,9 @@ def exit_code_from_status(status: dict[str, object] | None) -> int:
                     return int(str(cause.get("message")))
                 except ValueError:
                     break
+    wrapped = _GO_EXIT_STATUS.search(str(status.get("message") or "").strip())
+    if wrapped is not None:
+        return int(wrapped.group(1))
     raise SandboxExecError(f"exec failed: {status.get('message') or status}", provider="kubernetes")
 
 
@@ -79,13 +89,18 @@ def timed_command(command: str, timeout: float, cwd: str | None) -> list[str]:
 
 
 def write_commands(path: str, data: bytes) -> list[list[str]]:
-    """argv lists that create ``path`` (and its directory) holding ``data``."""
+    """argv lists that create ``path`` (and its directory) holding ``data``: one command per
+    chunk, the first also creating the directory and truncating the file, so a small file
+    (the common case: source files, test files) costs a single exec round trip."""
     quoted = shlex.quote(path)
     parent = shlex.quote(path.rsplit("/", 1)[0] or "/")
-    commands = [["/bin/sh", "-c", f"mkdir -p {parent} && : > {quoted}"]]
-    for start in range(0, len(data), FILE_CHUNK_BYTES):
+    create = f"mkdir -p {parent} && : > {quoted}"
+    commands = []
+    for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
         chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
-        commands.append(["/bin/sh", "-c", f"printf %s {chunk} | base64 -d >> {quoted}"])
+        append = f"printf %s {chunk} | base64 -d >> {quoted}" if chunk else ":"
+        script = f"{create} && {append}" if start == 0 else append
+        commands.append(["/bin/sh", "-c", script])
     return commands
 
 
@@ -99,8 +114,9 @@ async def run_exec(
             url,
             protocols=PROTOCOLS,
             headers=headers,
-            timeout=aiohttp.ClientWSTimeout(ws_close=10.0),
-            receive_timeout=timeout,
+            # ws_receive bounds the silence between frames: a command that prints nothing for
+            # its whole timeout is still answered by its status frame when `timeout` kills it.
+            timeout=aiohttp.ClientWSTimeout(ws_receive=timeout, ws_close=10.0),
             max_msg_size=0,
         ) as ws:
             async for message in ws:

@@ -43,6 +43,8 @@ WORKER_LABEL = "agentrl.dev/rollout-worker"
 #: Label carrying the episode id (truncated to a valid label value).
 EPISODE_LABEL = "agentrl.dev/episode"
 CONTAINER = "sandbox"
+#: First wait between two reads of a starting pod's phase; it doubles up to ``poll_seconds``.
+FIRST_POLL_SECONDS = 0.05
 #: Seconds a command may overrun its own timeout before the socket is abandoned.
 EXEC_GRACE_SECONDS = 10.0
 
@@ -171,8 +173,9 @@ class KubernetesProvider:
         name_prefix: str,
         worker_id: str,
         creates_per_second: float,
-        poll_seconds: float = 0.5,
+        poll_seconds: float = 1.0,
         file_timeout: float = 60.0,
+        job_selector: Mapping[str, str] | None = None,
     ) -> None:
         self.transport = transport
         self.pod_template = pod_template
@@ -180,6 +183,9 @@ class KubernetesProvider:
         self.worker_id = _label_value(worker_id)
         self.poll_seconds = poll_seconds
         self.file_timeout = file_timeout
+        self.job_selector = dict(job_selector or {})
+        """The job's sandbox-pod labels: reaping matches them as well as the worker id, so a
+        worker never deletes another job's pods that happen to carry the same worker name."""
         self.bucket = TokenBucket(creates_per_second)
         SANDBOX_CREATE_RATE_LIMIT.labels(self.name).set(creates_per_second)
         self._reaped = False
@@ -204,7 +210,9 @@ class KubernetesProvider:
 
     async def reap(self) -> int:
         """Delete every sandbox pod this worker id owns (left over from a crashed run)."""
-        count = await self.transport.delete_pods({WORKER_LABEL: self.worker_id})
+        count = await self.transport.delete_pods(
+            {**self.job_selector, WORKER_LABEL: self.worker_id}
+        )
         if count:
             logger.warning("reaped %d sandbox pods left by worker %s", count, self.worker_id)
         return count
@@ -216,20 +224,29 @@ class KubernetesProvider:
         await self.bucket.acquire()
         pod = f"{self.name_prefix}{secrets.token_hex(6)}"
         try:
-            await self.transport.create_pod(self.pod_manifest(pod, request))
-        except SandboxCreateError:
-            raise
-        except Exception as exc:
-            raise SandboxCreateError(f"cannot create pod {pod}: {exc}", provider=self.name) from exc
-        try:
+            try:
+                await self.transport.create_pod(self.pod_manifest(pod, request))
+            except SandboxCreateError:
+                raise
+            except Exception as exc:
+                raise SandboxCreateError(
+                    f"cannot create pod {pod}: {exc}", provider=self.name
+                ) from exc
             await self._wait_running(pod)
         except BaseException:
-            await self.delete(pod)  # never leave a half-started pod behind
+            # Never leave a half-started pod behind. That includes a create whose answer was
+            # lost (client timeout, cancellation by the startup deadline) after the API server
+            # had stored the pod: an uncounted live pod would break the concurrency invariant,
+            # and deleting a pod that was never stored is a harmless 404.
+            await self.delete(pod)
             raise
         return KubernetesSandbox(self, pod, request)
 
     async def _wait_running(self, pod: str) -> None:
-        # The episode bounds the whole wait with sandbox.startupTimeoutSeconds.
+        # The episode bounds the whole wait with sandbox.startupTimeoutSeconds. Polls start
+        # fast and back off to poll_seconds: most pods start within a second, and a fixed fast
+        # poll of every starting pod would load the API server in proportion to concurrency.
+        interval = min(FIRST_POLL_SECONDS, self.poll_seconds)
         while True:
             try:
                 phase, reason = await self.transport.pod_phase(pod)
@@ -241,7 +258,8 @@ class KubernetesProvider:
                 raise SandboxCreateError(
                     f"pod {pod} ended before use: {phase} {reason}".strip(), provider=self.name
                 )
-            await asyncio.sleep(self.poll_seconds)
+            await asyncio.sleep(interval)
+            interval = min(interval * 2, self.poll_seconds)
 
     async def delete(self, pod: str) -> None:
         try:
@@ -259,6 +277,7 @@ class KubeApiTransport:
     def __init__(self, namespace: str, *, kubeconfig: str | None = None) -> None:
         from lightkube import AsyncClient, KubeConfig
         from lightkube.config.client_adapter import verify_cluster
+        from lightkube.config.models import User
 
         config = (KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()).get()
         assert config is not None
@@ -266,7 +285,7 @@ class KubeApiTransport:
         self._client = AsyncClient(config=config, namespace=namespace, field_manager="agentrl")
         self._server = config.cluster.server
         self._ssl = (
-            verify_cluster(config.cluster, config.user, config.abs_file)
+            verify_cluster(config.cluster, config.user or User(), config.abs_file)
             if self._server.startswith("https")
             else None
         )
@@ -286,7 +305,8 @@ class KubeApiTransport:
     async def create_pod(self, manifest: dict[str, Any]) -> None:
         from lightkube.resources.core_v1 import Pod
 
-        await self._client.create(Pod.from_dict(manifest))  # type: ignore[attr-defined]
+        pod: Pod = Pod.from_dict(manifest)  # type: ignore[assignment]
+        await self._client.create(pod)
 
     async def pod_phase(self, name: str) -> tuple[str, str]:
         from lightkube import ApiError
@@ -344,6 +364,13 @@ class KubeApiTransport:
         if self._session is not None:
             await self._session.close()
         await self._client.close()
+
+
+def job_selector(job: Any) -> dict[str, str]:
+    """The labels every sandbox pod of ``job`` carries (the NetworkPolicy's selector)."""
+    from agentrl.reconcile.labels import sandbox_selector
+
+    return sandbox_selector(job)
 
 
 def template_from_job(

@@ -28,8 +28,11 @@ from agentrl.rollout.tasks.model import (
 )
 from agentrl.rollout.tasks.toy_families import BUG_KINDS, FAMILIES, Family, Site
 
-#: Command both ``run_tests`` and the verifier use (the verifier appends test ids).
-TOY_TEST_COMMAND = "python -m pytest -rA -p no:cacheprovider"
+#: Command both ``run_tests`` and the verifier use. The tests need no plugins: not loading the
+#: installed ones (asyncio, anyio, timeout, ...) halves pytest's start-up, the largest cost of a
+#: toy episode on a small machine (measured 0.61 → 0.27 CPU-s per run), and ``-q`` drops the
+#: header (versions, paths, plugin list) that tells the agent nothing about the bug.
+TOY_TEST_COMMAND = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -rA -p no:cacheprovider"
 PYTEST_INI = "[pytest]\ntestpaths = tests\n"
 
 _MISSING = object()
