@@ -207,8 +207,10 @@ async def test_a_hung_engine_is_stopped_and_restarted(tmp_path: Path, policy_dir
         await wait_for(lambda: dog.ready, RECOVERY_BOUND_SECONDS)
         assert len(kubelet.starts) == 2
         assert kubelet.starts[0] == kubelet.starts[1]
-        # The watchdog stopped it: a signal, not an exit of its own.
-        assert kubelet.exit_codes[0] < 0
+        # The watchdog stopped it: a hung engine never exits by itself, so its one exit is the
+        # watchdog's SIGTERM (killed by the signal, or 0 when its handler shut it down cleanly),
+        # never the positive code of a crash.
+        assert kubelet.exit_codes[0] <= 0
 
 
 async def test_an_engine_that_crashes_at_every_start_trips_the_crash_loop_guard(

@@ -14,7 +14,10 @@ chosen per pod (so per test) with annotations, the way a real workload would beh
 ``stage.agentrl.dev/start-after``              delay before the pod starts (default 200ms)
 =============================================  ==============================================
 
-Deleted pods are removed once their finalizers are gone, as a kubelet would confirm.
+A deleted pod that still carries finalizers (a Job's ``batch.kubernetes.io/job-tracking``) is
+stopped first, as a kubelet stops its containers (exit 143, phase Failed), so the controller
+that owns the finalizer can account for it and remove it; then deleted pods are removed once
+their finalizers are gone, as a kubelet would confirm.
 """
 
 from __future__ import annotations
@@ -348,6 +351,51 @@ POD_OUTCOME_STAGES = "---\n".join(
     ]
 )
 
+POD_STOP_ON_DELETE_STAGE = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: agentrl-pod-stop-on-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending', 'Running']
+  delay:
+    durationMilliseconds: 0
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 143
+            reason: Error
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: Ready
+        reason: PodCompleted
+      phase: Failed
+"""
+
 POD_DELETE_STAGE = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -372,4 +420,12 @@ spec:
 
 def stages_yaml() -> str:
     """Every stage, as the multi-document YAML kwok reads with ``--config``."""
-    return "---\n".join([NODE_STAGES, POD_START_STAGES, POD_OUTCOME_STAGES, POD_DELETE_STAGE])
+    return "---\n".join(
+        [
+            NODE_STAGES,
+            POD_START_STAGES,
+            POD_OUTCOME_STAGES,
+            POD_STOP_ON_DELETE_STAGE,
+            POD_DELETE_STAGE,
+        ]
+    )

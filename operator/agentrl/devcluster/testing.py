@@ -57,6 +57,9 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
         return
     bins = binaries.ensure(echo=True)
     local = LocalCluster(TEST_CLUSTER_NAME, port=TEST_CLUSTER_PORT)
+    if not local.apiserver_ready():
+        # a fresh control plane: nothing a crashed earlier session left in etcd leaks in
+        local.delete()
     started = local.up(profile or ClusterProfile(), bins=bins, timeout=240)
     try:
         yield ClusterHandle(local.kubeconfig, bins, local)
