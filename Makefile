@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
-EXTRAS ?= local,dev
+EXTRAS ?= local,dev,megatron
 
 .DEFAULT_GOAL := help
 

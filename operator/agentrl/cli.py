@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "plan": "agentrl.sim.cli:plan",
     "engine": "agentrl.engine.cli:engine",
     "tasks": "agentrl.rollout.cli:tasks",
+    "trainer": "agentrl.trainer.cli:trainer",
 }
 
 #: One-line help shown by ``agentrl --help`` without importing the verb.
@@ -40,6 +41,7 @@ SHORT_HELP: dict[str, str] = {
     "plan": "Capacity plan and rollout simulation for a manifest.",
     "engine": "Engine tools: launch SGLang, the GPU watchdog, the tiny CPU engine.",
     "tasks": "Dataset tools: generate the bundled toy tasks, validate a dataset.",
+    "trainer": "Run the job's GRPO trainer (the trainer pod's entry point).",
 }
 
 

@@ -64,3 +64,51 @@ def test_saved_weights_load_back_identically(tmp_path) -> None:  # type: ignore[
     loaded = tiny.load_policy(tmp_path / "w")
     for a, b in zip(model.parameters(), loaded.parameters(), strict=False):
         assert torch.equal(a, b)
+
+
+def _next_token_probs(
+    model: tiny.TinyPolicy, role: str, text: str, reply: list[str]
+) -> torch.Tensor:
+    tok = get_tokenizer()
+    prompt = [tok.bos_id, tok.role_ids[role], *tok.encode(text), tok.role_ids["assistant"]]
+    ids = prompt + [tok.token_id(w) for w in reply]
+    with torch.no_grad():
+        logits = model(tiny.step_features(ids, len(ids), len(ids) + 1))
+    return torch.softmax(logits[0], -1)
+
+
+@pytest.mark.slow
+def test_the_initial_policy_follows_the_protocol_and_picks_edits_blind_to_the_evidence() -> None:
+    tok = get_tokenizer()
+    edits = tiny.DEFAULT_PRIOR_EDITS
+    model = tiny.initial_policy(0, edit_names=edits)
+    # Real observations, not the prior's own synthetic ones.
+    task = (
+        "The repository has a bug: the test tests/test_bank.py::test_net_flow fails.\n"
+        "`net_flow` in bank.py should do this: Sum of all amounts.\n"
+        "Find the bug and fix it without breaking the other tests.\n\n"
+        "Reply with exactly one action on the first line:\n"
+        "run_tests | view PATH | bash CMD | apply EDIT_NAME | submit\n"
+        "candidate edits: swap_comparison missing_return wrong_operator wrong_constant"
+    )
+    none_log = (
+        ".....F [100%]\n=== FAILURES ===\ntests/test_bank.py:51: in test_net_flow\n"
+        "E   AssertionError: net_flow([10, -3, 5]): expected 12, got None\n"
+        "E   assert None == 12\n1 failed, 5 passed in 0.03s\n[exit code 1]"
+    )
+    bool_log = none_log.replace("expected 12, got None", "expected True, got False").replace(
+        "None == 12", "False == True"
+    )
+    assert _next_token_probs(model, "user", task, [])[tok.token_id("run_tests")] > 0.8
+    assert _next_token_probs(model, "tool", none_log, [])[tok.token_id("apply")] > 0.8
+    applied = _next_token_probs(model, "tool", "applied missing_return to bank.py", [])
+    assert applied[tok.token_id("submit")] > 0.5  # the prior says 0.9; 300 fit steps get near
+    # Which edit: spread over the six, and the same whatever the evidence says (no leak).
+    ids = [tok.token_id(e) for e in edits]
+    for log in (none_log, bool_log):
+        p = _next_token_probs(model, "tool", log, ["apply"])[ids]
+        assert float(p.sum()) > 0.9
+        assert float(p.min()) > 0.05  # uniform would be 1/6 ≈ 0.17 each
+    p_none = _next_token_probs(model, "tool", none_log, ["apply"])[ids]
+    p_bool = _next_token_probs(model, "tool", bool_log, ["apply"])[ids]
+    assert float((p_none - p_bool).abs().max()) < 0.1

@@ -14,17 +14,26 @@ from agentrl.local.cli import run
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
 
 
-@pytest.mark.slow
-def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: Path) -> None:
+def _short_manifest(tmp_path: Path, **failure_policy: object) -> Path:
+    """The quickstart cut to a few-second run: 12 tasks, steps of 4, groups of 2."""
     manifest = yaml.safe_load(QUICKSTART.read_text())
     spec = manifest["spec"]
     spec["trainer"]["trajectoriesPerStep"] = 4
     spec["rollout"]["groupSize"] = 2
     spec["rollout"]["maxTurns"] = 3
+    if failure_policy:
+        spec["rollout"]["failurePolicy"] = failure_policy
     spec["sandbox"]["concurrency"] = 4
     spec["dataset"]["maxTasks"] = 12
+    spec["dataset"]["heldOutFraction"] = 0.25
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+@pytest.mark.slow
+def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: Path) -> None:
+    path = _short_manifest(tmp_path)
     run_dir, report = tmp_path / "run", tmp_path / "report"
 
     result = CliRunner().invoke(
@@ -52,3 +61,39 @@ def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: P
         assert (report / png).stat().st_size > 0
     # the last step was checkpointed, so --resume has something to continue from
     assert (run_dir / "checkpoints" / "step-00000002" / "driver.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_chaos_run_counts_infra_errors_and_trains_on_none_of_them(tmp_path: Path) -> None:
+    # Half the sandbox creations fail (seeded), engines crash now and then; no retries, so
+    # every failed attempt reaches the trainer as an infra_error trajectory and must be kept
+    # out of every step.
+    path = _short_manifest(tmp_path, infraRetries=0)
+    run_dir, report = tmp_path / "run", tmp_path / "report"
+
+    result = CliRunner().invoke(
+        run,
+        [str(path), "--quiet", "--no-ray", "--max-steps", "2", "--skip-eval", "--chaos", "0.5",
+         "--run-dir", str(run_dir), "--report", str(report)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    summary = json.loads((report / "summary.json").read_text())
+    steps = [json.loads(x) for x in (run_dir / "logs" / "steps.jsonl").read_text().splitlines()]
+    assert summary["steps"] == len(steps) == 2
+    assert summary["infra_errors"] > 0
+    assert summary["infra_errors_in_training"] == 0
+    # the trainer received the dropped attempts as infra_error trajectories ...
+    received = summary["classes"].get("infra_error", 0)
+    assert summary["infra_errors_dropped"] == received > 0
+    # ... its step log saw them arrive (those after the last step are in no line) ...
+    logged = sum(s["infra_errors"] for s in steps)
+    assert 0 < logged <= received <= summary["infra_errors"]
+    assert all(s["infra_errors"] == s["classes"].get("infra_error", 0) for s in steps)
+    # ... and by every step, no more trajectories were trained on than non-infra ones received
+    trained = usable = 0
+    for s in steps:
+        trained += s["trajectories"]
+        usable += sum(s["classes"].values()) - s["infra_errors"]
+        assert trained <= usable
+    assert summary["trained_trajectories"] == sum(s["trajectories"] for s in steps)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,7 +45,14 @@ import torch
 from pydantic import BaseModel, Field
 from torch import nn
 
-from agentrl.engine.tokenizer import EDIT_WORDS, TOKENIZER_NAME, WordTokenizer, get_tokenizer
+from agentrl.engine.tokenizer import (
+    COMMON_WORDS,
+    EDIT_WORDS,
+    NUMBERS,
+    TOKENIZER_NAME,
+    WordTokenizer,
+    get_tokenizer,
+)
 
 #: Architecture name written to ``config.json``.
 ARCHITECTURE: Final = "AgentRLTinyPolicy"
@@ -72,6 +80,12 @@ class TinyConfig(BaseModel):
     max_turn_positions: int = Field(default=8, ge=2, le=512)
     """Positions within an assistant turn that get their own embedding (later ones share the
     last)."""
+    obs_gain: float = Field(default=8.0, gt=0.0, le=100.0)
+    """Factor on the observation's word embeddings (initialised smaller by the same factor).
+    Adam moves every parameter by about the learning rate per step; without the gain a word
+    of a 60-word test log moves the hidden state sqrt(60) times less per step than the
+    previous-token and position embeddings, so RL shifts the policy's *marginal* choice long
+    before it learns which words point to which edit (measured: it collapsed onto one edit)."""
 
 
 class StepFeatures(BaseModel):
@@ -97,8 +111,9 @@ class TinyPolicy(nn.Module):
         self.position_embedding = nn.Embedding(config.max_turn_positions, d)
         self.hidden = nn.Linear(d, d)
         self.output = nn.Linear(d, v)
-        for emb in (self.obs_embedding, self.prev_embedding, self.position_embedding):
+        for emb in (self.prev_embedding, self.position_embedding):
             nn.init.normal_(emb.weight, std=0.3)
+        nn.init.normal_(self.obs_embedding.weight, std=0.3 / config.obs_gain)
 
     def forward(self, features: StepFeatures) -> torch.Tensor:
         """Logits ``[rows, vocab]`` for the rows of ``features``."""
@@ -115,6 +130,7 @@ class TinyPolicy(nn.Module):
             torch.tensor(offsets, dtype=torch.long),
             per_sample_weights=torch.tensor(weights, dtype=torch.float32),
         )
+        obs = obs * self.config.obs_gain
         last = self.config.max_turn_positions - 1
         pos = torch.tensor([min(p, last) for p in features.positions], dtype=torch.long)
         prev = torch.tensor(features.prev_ids, dtype=torch.long)
@@ -240,19 +256,22 @@ def initial_policy(
     dim: int = 64,
     steps: int = 300,
 ) -> TinyPolicy:
-    """The starting point of a run: writes well-formed tool calls, chosen blindly.
+    """The starting point of a run: follows the tool protocol, picks edits blindly.
 
-    Replies are drawn from a fixed prior — ``run_tests`` 30%, ``apply <edit>`` 35% (the edit
-    uniform over ``edit_names``), ``submit`` 20%, ``view``/``bash`` without arguments 15%
-    (a malformed call the agent gets an error for) — each paired with a random observation,
-    so the fit learns the format and nothing about which edit fits which evidence.
+    A short supervised fit (:func:`_fit_prior`) on replies to synthetic observations of the
+    scaffold's five situations (:data:`PRIOR_REPLIES`): a task statement is answered with
+    ``run_tests``, a failing test log with ``apply <edit>``, an applied edit with ``submit``,
+    and so on. The edit is always uniform over ``edit_names`` and the observations' contents
+    (values, error types, pytest's explanations) are drawn at random, independently of the
+    edit; so the prior knows *when* to apply an edit but nothing about *which* one fits the
+    evidence — that is what RL has to learn.
     """
     tok = get_tokenizer()
     unknown = [name for name in edit_names if name not in tok.vocab]
     if unknown:
         raise ValueError(f"edit names outside the tiny vocabulary: {unknown}")
     with single_thread():
-        return _fit_prior(seed, edit_names, dim=dim, steps=steps)
+        return _fit_prior(seed, tuple(edit_names), dim=dim, steps=steps)
 
 
 @contextmanager
@@ -271,34 +290,144 @@ def single_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _fit_prior(seed: int, edit_names: Sequence[str], *, dim: int, steps: int) -> TinyPolicy:
-    tok = get_tokenizer()
-    model = new_policy(seed, dim=dim)
-    gen = torch.Generator().manual_seed(seed + 1)
-    replies: list[tuple[list[str], float]] = [
-        (["run_tests"], 0.30),
-        (["submit"], 0.20),
-        (["view"], 0.075),
-        (["bash"], 0.075),
+# -- the prior's situations --------------------------------------------------------------------
+#
+# What a pretrained model brings to the toy scaffold: it reads the kind of observation it got
+# and answers with the matching tool. Each situation renders a random observation of that kind
+# and has a fixed reply distribution; ``APPLY`` stands for "apply <edit>" with the edit uniform
+# over the dataset's edit names, whatever the observation says.
+
+APPLY: Final = "apply"
+
+#: situation → (reply, probability). Small off-protocol shares keep exploration alive.
+PRIOR_REPLIES: Final[dict[str, tuple[tuple[str, float], ...]]] = {
+    "task": (("run_tests", 0.95), (APPLY, 0.05)),
+    "failing_tests": ((APPLY, 0.94), ("run_tests", 0.03), ("submit", 0.03)),
+    "passing_tests": (("submit", 0.95), ("run_tests", 0.05)),
+    "edit_applied": (("submit", 0.9), ("run_tests", 0.1)),
+    "edit_refused": ((APPLY, 0.6), ("run_tests", 0.2), ("submit", 0.2)),
+    "other": (("run_tests", 0.7), (APPLY, 0.3)),
+}
+
+_VALUES: Final = (
+    "None", "True", "False", "0", "1", "2", "3", "7", "12", "42", "-1", "[]", "[1, 2]",
+    "[3, 5, 7]", "'a'", "'abc'", "''", "(1, 2)", "{'a': 1}", "2.5",
+)  # fmt: skip
+_EXPLANATIONS: Final = (
+    "Right contains one more item: {v}",
+    "Left contains one more item: {v}",
+    "At index 0 diff: {v} != {w}",
+    "Use -v to get more diff",
+    "- {v}",
+    "+ {w}",
+)
+_ERRORS: Final = ("AssertionError", "TypeError", "ValueError", "IndexError", "KeyError")
+
+
+def _word(rng: random.Random) -> str:
+    """A made-up identifier (module, function and file names differ from task to task)."""
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
+
+
+def _filler(rng: random.Random, n: int) -> str:
+    pool = (*COMMON_WORDS, *NUMBERS)
+    return " ".join(rng.choice(pool) if rng.random() < 0.6 else _word(rng) for _ in range(n))
+
+
+def _test_log(rng: random.Random, *, failing: bool) -> str:
+    """A pytest ``-q --tb=short`` log with random names and values."""
+    module, tests = _word(rng), [_word(rng) for _ in range(rng.randint(3, 7))]
+    bad = rng.randrange(len(tests)) if failing else -1
+    dots = "".join("F" if i == bad else "." for i in range(len(tests)))
+    lines = [f"{dots} [100%]"]
+    if not failing:
+        lines += [f"{len(tests)} passed in 0.0{rng.randint(1, 9)}s", "[exit code 0]"]
+        return "\n".join(lines)
+    v, w = rng.choice(_VALUES), rng.choice(_VALUES)
+    error = rng.choice(_ERRORS)
+    name = tests[bad]
+    call = f"{name}({_filler(rng, rng.randint(1, 4))})"
+    lines += [
+        "=== FAILURES ===",
+        f"___ test_{name} ___",
+        f"tests/test_{module}.py:{rng.randint(5, 60)}: in test_{name}",
+        f"assert got == {v}, '{call}: expected {v}, got ' + repr(got)",
+        f"E {error}: {call}: expected {v}, got {w}",
+        f"E assert {w} == {v}",
     ]
-    replies += [(["apply", name], 0.35 / len(edit_names)) for name in edit_names]
-    probs = torch.tensor([w for _, w in replies])
+    for text in rng.sample(_EXPLANATIONS, rng.randint(0, 3)):
+        lines.append("E " + text.format(v=rng.choice(_VALUES), w=rng.choice(_VALUES)))
+    lines += [
+        "=== short test summary info ===",
+        f"FAILED tests/test_{module}.py::test_{name} - {error}: {call[:20]}...",
+        f"1 failed, {len(tests) - 1} passed in 0.0{rng.randint(1, 9)}s",
+        "[exit code 1]",
+    ]
+    return "\n".join(lines)
+
+
+def prior_observation(situation: str, rng: random.Random, edit_names: Sequence[str]) -> str:
+    """A random observation of one of :data:`PRIOR_REPLIES`' situations."""
+    module, function = _word(rng), _word(rng)
+    offered = " ".join(rng.sample(list(edit_names), min(len(edit_names), rng.randint(3, 6))))
+    edit = rng.choice(list(edit_names))
+    if situation == "task":
+        return (
+            f"The repository has a bug: the test tests/test_{module}.py::test_{function} fails.\n"
+            f"`{function}` in {module}.py should do this: {_filler(rng, rng.randint(4, 14))}\n"
+            "Find the bug and fix it without breaking the other tests.\n\n"
+            "Reply with exactly one action on the first line:\n"
+            "run_tests | view PATH | bash CMD | apply EDIT_NAME | submit\n"
+            f"candidate edits: {offered}"
+        )
+    if situation in ("failing_tests", "passing_tests"):
+        return _test_log(rng, failing=situation == "failing_tests")
+    if situation == "edit_applied":
+        return f"applied {edit} to {module}.py"
+    if situation == "edit_refused":
+        if rng.random() < 0.5:
+            return f"unknown edit '{edit}'; candidate edits: {offered}"
+        return (
+            f"edit {edit} does not apply: expected exactly one occurrence of the old text "
+            f"in {module}.py, found 0"
+        )
+    return rng.choice(
+        [
+            "unknown action.\nReply with exactly one action on the first line:\n"
+            f"run_tests | view PATH | bash CMD | apply EDIT_NAME | submit\n"
+            f"candidate edits: {offered}",
+            "usage: view PATH",
+            "usage: bash CMD",
+            f"no such file: {_filler(rng, 1)}",
+            f"sh: 1: {_word(rng)}: not found\n[exit code 127]",
+        ]
+    )
+
+
+def _prior_example(
+    rng: random.Random, edit_names: Sequence[str]
+) -> tuple[list[int], tuple[int, int]]:
+    """One (ids, reply span) pair: a situation, a random observation of it, a reply."""
+    tok = get_tokenizer()
+    situation = rng.choice(list(PRIOR_REPLIES))
+    replies = PRIOR_REPLIES[situation]
+    reply = rng.choices([r for r, _ in replies], weights=[p for _, p in replies])[0]
+    words = [APPLY, rng.choice(list(edit_names))] if reply == APPLY else [reply]
+    role = "user" if situation == "task" else "tool"
+    obs = tok.encode(prior_observation(situation, rng, edit_names))
+    prompt = [tok.bos_id, tok.role_ids[role], *obs, tok.role_ids["assistant"]]
+    ids = prompt + [tok.token_id(w) for w in words] + [tok.eos_id]
+    return ids, (len(prompt), len(ids))
+
+
+def _fit_prior(seed: int, edit_names: Sequence[str], *, dim: int, steps: int) -> TinyPolicy:
+    model = new_policy(seed, dim=dim)
+    rng = random.Random(seed + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     batch = 64
     for _ in range(steps):
-        choice = torch.multinomial(probs, batch, replacement=True, generator=gen).tolist()
-        ids_batch: list[list[int]] = []
-        spans: list[tuple[int, int]] = []
-        for k in choice:
-            n_obs = int(torch.randint(1, 40, (1,), generator=gen))
-            obs = torch.randint(0, tok.vocab_size, (n_obs,), generator=gen).tolist()
-            prompt = [tok.bos_id, tok.role_ids["tool"], *obs, tok.role_ids["assistant"]]
-            reply = [tok.token_id(w) for w in replies[k][0]] + [tok.eos_id]
-            ids_batch.append(prompt + reply)
-            spans.append((len(prompt), len(prompt) + len(reply)))
-        logps = batch_logprobs(
-            model, [(ids, [span]) for ids, span in zip(ids_batch, spans, strict=False)]
-        )
+        examples = [_prior_example(rng, edit_names) for _ in range(batch)]
+        logps = batch_logprobs(model, [(ids, [span]) for ids, span in examples])
         loss = -torch.stack([lp.sum() for lp in logps]).mean()
         optimizer.zero_grad()
         loss.backward()

@@ -38,7 +38,7 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from agentrl.engine import tiny
+from agentrl.engine import tiny, tiny_weight_updates
 from agentrl.engine.client import GenerateRequest
 from agentrl.engine.tokenizer import TOKENIZER_NAME, get_tokenizer
 
@@ -485,6 +485,7 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
             web.get("/metrics", metrics),
         ]
     )
+    tiny_weight_updates.add_routes(app, engine)  # weightSync.mode: distributed
     return app
 
 

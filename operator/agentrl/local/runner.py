@@ -281,6 +281,7 @@ async def run_local(
             trajectories_per_step=spec.trainer.trajectories_per_step,
             max_staleness=spec.trainer.async_.max_staleness,
             policy_version=state.step,
+            group_size=spec.rollout.group_size,
         )
         # Admission counts from the checkpoint's step: nothing is outstanding after a restart.
         admission.admitted = state.step * spec.trainer.trajectories_per_step

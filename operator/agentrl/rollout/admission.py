@@ -6,6 +6,17 @@ never by throwing finished work away (discarding biases training towards fast ta
 version ``v``, at most ``(S + v + 1) · B`` episodes may have been admitted in total; episodes
 dropped for infra errors give their slot back (they will never be trained on).
 
+With ``group_size`` G, a GRPO group is admitted whole: its first episode starts only if all G fit
+under the limit, and the rest of a started group are always admitted (the scheduler hands out a
+group's episodes one after another). So no group is ever left half-admitted waiting for the
+trainer, which matters because the trainer in turn may wait for an old group to finish before it
+advances (the hard staleness bound, :mod:`agentrl.trainer.loop`); without whole groups the two
+could wait for each other.
+
+This limit is the pacing of the normal case: it keeps at most about ``(S + 1) · B`` episodes
+outstanding, so they are consumed within ``S`` versions unless one is much slower than the rest.
+The trainer's gate makes the bound hard for that rare straggler.
+
 Callers: the trainer owns the :class:`StalenessAdmission` and calls
 :meth:`~StalenessAdmission.set_policy_version` after each weight sync; the scheduler calls
 :meth:`~Admission.try_admit` before every episode and :meth:`~Admission.release` for dropped ones.
@@ -66,19 +77,30 @@ class OpenAdmission(_Notifier):
 
 
 class StalenessAdmission(_Notifier):
-    """Admit while ``admitted < (max_staleness + version + 1) × trajectories_per_step``."""
+    """Admit whole groups while ``admitted + group_size ≤ (max_staleness + version + 1) ×
+    trajectories_per_step``; the other episodes of a started group always."""
 
     def __init__(
-        self, *, trajectories_per_step: int, max_staleness: int, policy_version: int = 0
+        self,
+        *,
+        trajectories_per_step: int,
+        max_staleness: int,
+        policy_version: int = 0,
+        group_size: int = 1,
     ) -> None:
         super().__init__()
         if trajectories_per_step < 1:
             raise ValueError("trajectories_per_step must be at least 1")
+        if group_size < 1:
+            raise ValueError("group_size must be at least 1")
         self.trajectories_per_step = trajectories_per_step
         self.max_staleness = max_staleness
         self.policy_version = policy_version
+        self.group_size = group_size
         self.admitted = 0
         """Episodes admitted so far, minus those released."""
+        self._owed = 0
+        """Episodes of the last started group not admitted yet."""
 
     @property
     def capacity(self) -> int:
@@ -91,10 +113,16 @@ class StalenessAdmission(_Notifier):
         self._notify()
 
     def try_admit(self) -> int | None:
-        if self.admitted >= self.capacity:
-            metrics.ADMISSION_BLOCKED.set(1)
-            return None
+        if self._owed == 0:
+            # A new group: only if the whole group fits (a group smaller than the limit
+            # itself would never fit, so the limit then counts for one group at a time).
+            need = min(self.group_size, self.capacity)
+            if self.admitted + need > self.capacity:
+                metrics.ADMISSION_BLOCKED.set(1)
+                return None
+            self._owed = self.group_size
         metrics.ADMISSION_BLOCKED.set(0)
+        self._owed -= 1
         self.admitted += 1
         return self.policy_version
 

@@ -85,6 +85,8 @@ class RolloutScheduler:
         self._exhausted = False
         self._concurrency = concurrency
         self._running: set[asyncio.Task[None]] = set()
+        self._versions: dict[asyncio.Task[None], int] = {}
+        """Policy version each running episode was admitted under (the staleness gate)."""
         self._wake = asyncio.Event()
         self._results: asyncio.Queue[Trajectory | None] = asyncio.Queue()
         self._loop_task: asyncio.Task[None] | None = None
@@ -115,6 +117,12 @@ class RolloutScheduler:
     @property
     def in_flight(self) -> int:
         return len(self._running)
+
+    @property
+    def oldest_in_flight_version(self) -> int | None:
+        """The lowest policy version among running episodes (None when none runs): the
+        trainer does not advance past the version that would make it too stale."""
+        return min(self._versions.values(), default=None)
 
     def set_concurrency(self, concurrency: int) -> None:
         """Follow a change of ``spec.sandbox.concurrency`` (``kubectl scale``, autoscaler).
@@ -216,6 +224,7 @@ class RolloutScheduler:
             index = -1
         job = asyncio.create_task(self._episode(task, group_id, version, index))
         self._running.add(job)
+        self._versions[job] = version
         # A done-callback, not code inside the episode: a task cancelled before it ever ran
         # must leave the running set too, or the admission loop would wait for it forever.
         job.add_done_callback(self._episode_done)
@@ -223,6 +232,7 @@ class RolloutScheduler:
 
     def _episode_done(self, job: asyncio.Task[None]) -> None:
         self._running.discard(job)
+        self._versions.pop(job, None)
         self._wake.set()
 
     async def _episode(self, task: Task, group_id: str, version: int, batch: int) -> None:
@@ -233,6 +243,11 @@ class RolloutScheduler:
         ):
             self.admission.release()
         self._finish_batch(batch)
+        # Out of the in-flight versions *before* the consumer can see the trajectory: the
+        # trainer's staleness gate must not wait for an episode it already has.
+        current = asyncio.current_task()
+        if current is not None:
+            self._versions.pop(current, None)  # type: ignore[arg-type]
         self._results.put_nowait(trajectory)
 
     def _finish_batch(self, index: int) -> None:

@@ -11,9 +11,19 @@ The whole loop, in order::
             log one StepRecord
 
 Rollouts never stop for training: episodes keep running against the engines while the backend
-steps, which is where asynchronous GRPO gets its speed. The step-time breakdown measures the
-four parts the LMSYS/AMD report splits its step into: actor update, waiting for rollout, logprob
-recomputation, weight sync.
+steps, which is where asynchronous GRPO gets its speed.
+
+Staleness is a hard bound, kept in two places (never by discarding finished work):
+
+* admission (:class:`~agentrl.rollout.admission.StalenessAdmission`) paces new episodes so that
+  normally every one is consumed within ``maxStaleness`` versions: the trainer never waits;
+* the gate here makes it hard for the straggler: a step that trains version ``u`` takes every
+  ready group admitted at ``u − maxStaleness`` or earlier (oldest first), and does not run while
+  an episode admitted that early is still running or waiting for its group. Only then would the
+  trainer wait for a slow episode, and only for one that is already ``maxStaleness`` behind.
+
+The step-time breakdown measures the four parts the LMSYS/AMD report splits its step into: actor
+update, waiting for rollout, logprob recomputation, weight sync.
 
 Callers: ``agentrl run`` (:mod:`agentrl.local`) and the trainer pod's entry point.
 """
@@ -36,7 +46,7 @@ from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer.batching import StepSelection, select_step
-from agentrl.trainer.buffer import GroupBuffer
+from agentrl.trainer.buffer import Group, GroupBuffer
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.torch_backend import StepStats
 from agentrl.trainer.weight_sync import WeightSync
@@ -51,6 +61,14 @@ STEP_SECONDS = Counter(
 )
 BUFFER_GROUPS = Gauge("agentrl_trainer_buffer_ready_groups", "Complete groups waiting.")
 STALENESS = Gauge("agentrl_trainer_staleness_max", "Largest staleness in the last step.")
+GATE_WAITS = Counter(
+    "agentrl_trainer_staleness_gate_waits_total",
+    "Times a ready step was held back for an episode at the staleness bound.",
+)
+
+
+def _group_version(group: Group) -> int:
+    return min(t.policy_version for t in group.trajectories)
 
 
 class Backend(Protocol):
@@ -176,6 +194,9 @@ class TrajectorySource(Protocol):
     @property
     def in_flight(self) -> int: ...
 
+    @property
+    def oldest_in_flight_version(self) -> int | None: ...
+
     def trajectories(self) -> object: ...
 
     async def cancel(self) -> None: ...
@@ -233,16 +254,17 @@ class TrainingDriver:
                     log.warning("the rollout tier ran out of tasks at step %d", self.state.step)
                     break
                 self._receive(trajectory)
+                ready, must_take = self._ready_oldest_first()
                 selection = select_step(
-                    self.buffer.ready(),
-                    trajectories_per_step=self.spec.trainer.trajectories_per_step,
+                    ready,
+                    trajectories_per_step=max(self.spec.trainer.trajectories_per_step, must_take),
                     algorithm=self.spec.trainer.algorithm,
                 )
                 BUFFER_GROUPS.set(self.buffer.ready_groups)
                 if selection is None:
                     continue
                 self._retire_dropped(selection)
-                if not selection.samples:
+                if not selection.samples or self._straggler_too_old():
                     continue
                 waited = time.monotonic() - ready_since
                 await self._train(selection, waited)
@@ -254,6 +276,33 @@ class TrainingDriver:
             self.state.elapsed_seconds = time.monotonic() - started
         self._checkpoint_if_new()
         return self.state
+
+    # -- the staleness gate ------------------------------------------------------------------
+
+    @property
+    def _oldest_allowed(self) -> int:
+        """The lowest admission version the next step's samples may have and still leave every
+        outstanding episode within the bound at the step after."""
+        return self.state.step - self.spec.trainer.async_.max_staleness
+
+    def _ready_oldest_first(self) -> tuple[list[Group], int]:
+        """Complete groups, oldest admission version first (completion order among equals),
+        and how many trajectories of them the next step must take (the ones at the bound)."""
+        ready = sorted(self.buffer.ready(), key=_group_version)  # stable: completion order
+        must = sum(len(g.trainable()) for g in ready if _group_version(g) <= self._oldest_allowed)
+        return ready, must
+
+    def _straggler_too_old(self) -> bool:
+        """An episode admitted at the bound is still running or waiting for its group: the
+        step must wait for it (otherwise it would be trained on too stale)."""
+        versions = [t.policy_version for g in self.buffer.open_groups for t in g.trajectories]
+        running = self.source.oldest_in_flight_version
+        if running is not None:
+            versions.append(running)
+        blocked = bool(versions) and min(versions) <= self._oldest_allowed
+        if blocked:
+            GATE_WAITS.inc()
+        return blocked
 
     # -- the parts ---------------------------------------------------------------------------
 

@@ -7,15 +7,19 @@ watchdog reads to re-push after a restart), then, on every engine at once: pause
 /update_weights_from_disk``, ``/flush_cache`` (the prefix cache holds KV of the old weights),
 continue generation.
 
-``distributed`` (engines join a broadcast group with ``/init_weights_update_group``; each push
-announces names/dtypes/shapes with ``/update_weights_from_distributed`` while the trainer
-broadcasts over RCCL/NCCL) is NOT implemented yet: :class:`~agentrl.engine.client.EngineClient`
-has both calls, but there is no trainer-side broadcaster and the tiny engine does not serve
-them. Only ``disk`` works today.
+``distributed`` (:class:`DistributedWeightSync`): the trainer (rank 0) and every engine rank
+join one broadcast group (:mod:`agentrl.engine.weight_group`; ``/init_weights_update_group`` on
+each engine, rank offsets ``1 + i × gpusPerEngine``) on the interface pinned by
+``spec.trainer.network``. Each push pauses generation, announces names/dtypes/shapes with
+``/update_weights_from_distributed`` on every engine and, while those calls wait, broadcasts
+each tensor from rank 0; then flushes caches and continues. Weights never touch the disk, except
+that an exported copy is recorded in ``current-weights.json`` when an ``export`` is given (the
+watchdog loads it into a restarted engine before the next broadcast).
 
-The disk mode tracks the version each engine reports in ``/get_model_info`` and re-pushes to
-any engine that serves an older one — an engine restarted by its watchdog comes back with its
-initial weights.
+Both modes track the version each engine reports in ``/get_model_info`` and re-push to any
+engine that serves an older one — an engine restarted by its watchdog comes back with its
+initial weights. A restarted engine has also left the broadcast group, so the distributed mode
+forms a new group (a new name) with every engine before re-pushing.
 Callers: :mod:`agentrl.trainer.loop`.
 """
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +36,7 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, Field
 
 from agentrl.engine.client import EngineClient, EngineError
+from agentrl.engine.weight_group import BroadcastGroup
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
 
 log = logging.getLogger(__name__)
@@ -185,3 +190,185 @@ class DiskWeightSync:
                 for f in child.iterdir():
                     f.unlink()
                 child.rmdir()
+
+
+class DistributedWeightSync:
+    """``weightSync.mode: distributed``.
+
+    Args:
+        clients: one client per engine.
+        tensors: yields the trainer's current weights as (HF name, tensor) — whole tensors, on
+            the device the group's backend sends from (the GPU for nccl).
+        master_address: this trainer pod's address as engines reach it (its stable DNS name).
+        master_port: the rendezvous port of the broadcast group (not the trainer's own
+            ``MASTER_PORT``: that one belongs to its megatron world).
+        backend: ``nccl`` (RCCL on ROCm) or ``gloo`` (CPU, tests).
+        ranks_per_engine: engine ranks in the group (``inference.gpusPerEngine``).
+        interface: the NIC to pin (``spec.trainer.network.ncclSocketIfname``).
+        export: optionally also writes the weights to a directory, recorded in
+            ``current-weights.json`` under ``weights_dir`` for the watchdog.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[EngineClient],
+        *,
+        tensors: Callable[[], Iterable[tuple[str, Any]]],
+        master_address: str,
+        master_port: int,
+        backend: str = "nccl",
+        ranks_per_engine: int = 1,
+        interface: str | None = None,
+        export: Callable[[Path], Any] | None = None,
+        weights_dir: Path | None = None,
+        initial_version: int = 0,
+        timeout_seconds: float = 600.0,
+    ) -> None:
+        self.clients = list(clients)
+        self.tensors = tensors
+        self.master_address = master_address
+        self.master_port = master_port
+        self.backend = backend
+        self.ranks_per_engine = ranks_per_engine
+        self.interface = interface
+        self.export = export
+        self.weights_dir = weights_dir
+        self.timeout_seconds = timeout_seconds
+        self.current_version = initial_version
+        self.pushed = False
+        self.served: dict[str, str | None] = {c.base_url: None for c in self.clients}
+        self.group: BroadcastGroup | None = None
+        self.generation = 0
+        """Groups formed so far; each gets a new name, so an engine never joins a stale one."""
+
+    @property
+    def group_name(self) -> str:
+        return f"agentrl-weights-{self.generation}"
+
+    async def _form_group(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+        self.generation += 1
+        world = 1 + len(self.clients) * self.ranks_per_engine
+        # Rank 0 hosts the rendezvous and blocks until every engine joined: join in a thread
+        # while the engines are asked to join.
+        joining = asyncio.to_thread(
+            BroadcastGroup,
+            master_address=self.master_address,
+            master_port=self.master_port,
+            rank=0,
+            world_size=world,
+            backend=self.backend,
+            interface=self.interface,
+            timeout_seconds=self.timeout_seconds,
+        )
+        calls = [
+            c.init_weights_update_group(
+                master_address=self.master_address,
+                master_port=self.master_port,
+                rank_offset=1 + i * self.ranks_per_engine,
+                world_size=world,
+                group_name=self.group_name,
+                backend=self.backend,
+                timeout=self.timeout_seconds,
+            )
+            for i, c in enumerate(self.clients)
+        ]
+        group, *results = await asyncio.gather(joining, *calls)
+        refused = [c.base_url for c, r in zip(self.clients, results, strict=True) if not r.success]
+        if refused:
+            group.close()
+            raise EngineError(f"engines refused the weight group: {refused}", url=refused[0])
+        self.group = group
+
+    async def push(self, version: int) -> SyncReport:
+        start = time.monotonic()
+        if self.group is None:
+            await self._form_group()
+        assert self.group is not None
+        named = list(self.tensors())
+        names = [n for n, _ in named]
+        dtypes = [str(t.dtype).removeprefix("torch.") for _, t in named]
+        shapes = [list(t.shape) for _, t in named]
+        for c in self.clients:
+            await c.pause_generation(mode="in_place")
+        try:
+            calls = [
+                c.update_weights_from_distributed(
+                    names=names,
+                    dtypes=dtypes,
+                    shapes=shapes,
+                    group_name=self.group_name,
+                    weight_version=str(version),
+                    timeout=self.timeout_seconds,
+                )
+                for c in self.clients
+            ]
+            group = self.group
+            sending = asyncio.to_thread(lambda: [group.broadcast(t.contiguous()) for _, t in named])
+            _, *results = await asyncio.gather(sending, *calls, return_exceptions=True)
+        finally:
+            for c in self.clients:
+                try:
+                    await c.flush_cache()
+                    await c.continue_generation()
+                except EngineError as exc:
+                    log.warning("could not resume %s after a push: %s", c.base_url, exc)
+        failed = []
+        for client, result in zip(self.clients, results, strict=True):
+            if isinstance(result, BaseException) or not result.success:
+                log.warning("engine %s did not take v%d: %s", client.base_url, version, result)
+                SYNC_FAILURES.labels(engine=client.base_url).inc()
+                self._record(client.base_url, None)
+                failed.append(client.base_url)
+            else:
+                self._record(client.base_url, str(version))
+        if failed:
+            # A member that failed mid-broadcast leaves the group unusable: form a new one next.
+            self.group.close()
+            self.group = None
+        self.current_version, self.pushed = version, True
+        if self.export is not None and self.weights_dir is not None:
+            path = self.weights_dir / f"v{version}"
+            await asyncio.to_thread(self.export, path)
+            write_current_weights(
+                self.weights_dir / POINTER_FILE,
+                CurrentWeights(model_path=str(path), weight_version=str(version)),
+            )
+        return SyncReport(
+            version=version,
+            seconds=time.monotonic() - start,
+            served=dict(self.served),
+            failed=failed,
+        )
+
+    def _record(self, url: str, version: str | None) -> None:
+        self.served[url] = version
+        SERVED_VERSION.labels(engine=url).set(int(version) if version and version.isdigit() else -1)
+
+    async def reconcile(self) -> list[str]:
+        if not self.pushed:
+            return []
+        want = str(self.current_version)
+        stale = []
+        for client in self.clients:
+            try:
+                info = await client.get_model_info(timeout=10.0)
+            except EngineError:
+                self._record(client.base_url, None)
+                continue
+            self._record(client.base_url, info.weight_version)
+            if info.weight_version != want:
+                stale.append(client.base_url)
+                REPUSHES.labels(engine=client.base_url).inc()
+        if stale:
+            # The stale engine restarted and left the group: a new group, then the same weights.
+            await self._form_group()
+            await self.push(self.current_version)
+        return stale
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None

@@ -33,6 +33,14 @@ from agentrl.rollout.tasks.toy_families import BUG_KINDS, FAMILIES, Family, Site
 #: toy episode on a small machine (measured 0.61 → 0.27 CPU-s per run), and ``-q`` drops the
 #: header (versions, paths, plugin list) that tells the agent nothing about the bug.
 TOY_TEST_COMMAND = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -rA -p no:cacheprovider"
+#: What the agent's ``run_tests`` runs: pytest's short tracebacks and no per-test PASSED list.
+#: The PASSED list names every test of the module, the same for all tasks built on it, and a
+#: bag-of-words policy latched onto those names instead of the failure's evidence (measured:
+#: a supervised fit of the edit choice reached 0.18 held-out accuracy with ``-rA`` output,
+#: 0.42 with this one).
+AGENT_TEST_COMMAND = (
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q --tb=short -p no:cacheprovider"
+)
 PYTEST_INI = "[pytest]\ntestpaths = tests\n"
 
 _MISSING = object()
@@ -134,7 +142,7 @@ def make_task(family: Family, site: Site, rng: random.Random) -> Task:
         source="toy",
         instruction=instruction,
         files={path: buggy_source, test_path: tests, "pytest.ini": PYTEST_INI},
-        visible_test_command=TOY_TEST_COMMAND,
+        visible_test_command=AGENT_TEST_COMMAND,
         candidate_edits=edits,
         verification=NamedTestsVerification(
             fail_to_pass=fail_to_pass,

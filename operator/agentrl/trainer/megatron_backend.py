@@ -1,0 +1,764 @@
+"""``trainer.backend: megatron``: GRPO steps of a megatron-core GPTModel, behind the same surface
+as :class:`agentrl.trainer.torch_backend.TorchBackend` (``train_step``, ``save_state``,
+``load_state``, ``export_weights``) so :mod:`agentrl.trainer.loop` drives either.
+
+What it is made of:
+
+* **Parallelism** — :func:`initialize_parallel` calls ``parallel_state.initialize_model_parallel``
+  with ``spec.trainer.parallelism`` (tensor, pipeline, context, expert) on the process group the
+  trainer pod's entry point opened (:mod:`agentrl.trainer.cli`).
+* **Model** — :func:`build_gpt_model`: a ``GPTModel`` whose ``TransformerConfig`` comes from the
+  model's HF ``config.json`` (:mod:`agentrl.trainer.hf_config`: layers, hidden, heads, GQA
+  groups, FFN, vocabulary, RoPE, q/k norms, MoE experts). Transformer Engine's layer spec when TE
+  and a GPU are there, megatron's local spec otherwise. Initial weights come from the HF
+  safetensors of ``spec.model.source`` (:mod:`agentrl.trainer.megatron_weights`).
+* **Optimizer** — megatron's ``DistributedDataParallel`` and ``get_megatron_optimizer`` with
+  ``use_distributed_optimizer`` (Adam state sharded over data-parallel ranks), configured from
+  ``spec.trainer.optimizer``.
+* **Loss** — :func:`agentrl.trainer.loss.grpo_loss` on token logprobs taken from the logits with
+  megatron's vocab-parallel cross entropy (:func:`token_logprobs`), one micro-batch per
+  trajectory through ``get_forward_backward_func`` (pipeline schedules included). Each
+  micro-batch's loss is weighted so the sum over micro-batches and data-parallel ranks is the
+  step's loss under ``algorithm.lossAggregation`` (:func:`microbatch_weights`).
+* **Checkpoints** — ``torch_dist`` through ``megatron.core.dist_checkpointing`` (model, optimizer
+  and the step counter in one directory; reshardable across TP/PP/DP).
+
+Every rank runs the same calls: rank 0 (the driver) announces each call to the other ranks
+(:meth:`MegatronBackend.follow` runs there) with ``broadcast_object_list``.
+
+What a host without a GPU can do (the CPU tests): build the model, convert weights, compute token
+logprobs and the loss from logits, save and load checkpoints. It cannot step: megatron-core
+0.16's forward (rotary embeddings, attention masks) and its DDP grad buffers call
+``torch.cuda.current_device()`` unconditionally, so :meth:`MegatronBackend.train_step` needs a
+GPU (``bench/device/megatron_one_step.py`` runs one). Likewise its ``torch_dist`` writer stages
+tensors with ``torch.cuda.synchronize()``; off-GPU, :class:`HostTorchDistSave` writes the same
+format with torch's synchronous DCP writer (same key translation and planner as megatron's).
+
+megatron-core is the ``megatron`` extra; it is imported inside the functions that need it.
+Callers: :mod:`agentrl.trainer.cli`, ``bench/device/megatron_one_step.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
+from agentrl.trainer import megatron_weights
+from agentrl.trainer.batching import TrainSample
+from agentrl.trainer.hf_config import (
+    HFModelConfig,
+    optimizer_config_kwargs,
+    transformer_config_kwargs,
+)
+from agentrl.trainer.loss import LossStats, grpo_loss
+from agentrl.trainer.torch_backend import StepStats
+
+#: Key of the step counter in a checkpoint's common (non-sharded) state.
+ITERATION_KEY = "iteration"
+#: Directory of the ``torch_dist`` checkpoint inside a :class:`CheckpointStore` step directory.
+MODEL_DIR = "model"
+#: HF files besides the weights that engines need next to exported weights.
+HF_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    # megatron-core warns at import that Transformer Engine and Apex are absent (it falls back to
+    # torch implementations), and its TransformerConfig warns about its own deprecated defaults;
+    # neither is ours to act on.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def gpu_available() -> bool:
+    """Whether this process can step the model (a CUDA/ROCm device is visible)."""
+    return torch.cuda.is_available()
+
+
+def initialize_parallel(trainer: TrainerSpec) -> None:
+    """Model-parallel groups from ``spec.trainer.parallelism`` over the open process group
+    (idempotent: a second call with the groups already made does nothing)."""
+    with _quiet():
+        from megatron.core import parallel_state
+    if not torch.distributed.is_initialized():
+        raise RuntimeError("torch.distributed is not initialised: open the process group first")
+    if parallel_state.model_parallel_is_initialized():
+        return
+    p = trainer.parallelism
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=p.tensor,
+        pipeline_model_parallel_size=p.pipeline,
+        context_parallel_size=p.context,
+        expert_model_parallel_size=p.expert,
+    )
+
+
+def _have_transformer_engine() -> bool:
+    if not gpu_available():
+        return False
+    try:
+        with _quiet():
+            import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_gpt_model(
+    hf: HFModelConfig, trainer: TrainerSpec, *, params_dtype: torch.dtype = torch.bfloat16
+) -> Any:
+    """This rank's part of the ``GPTModel`` (its pipeline stage, tensor shard and experts),
+    parameters on the CPU (``use_cpu_initialization``); the caller moves it to the GPU."""
+    with _quiet():
+        from megatron.core import parallel_state
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt import gpt_layer_specs as specs
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+    use_te = _have_transformer_engine()
+    if trainer.parallelism.context > 1:
+        # Context parallelism needs TE's attention and each rank fed its slices of every
+        # sequence; the step here feeds whole sequences, which would be wrong, so refuse.
+        raise NotImplementedError(
+            "parallelism.context > 1 is not supported by the megatron backend yet "
+            "(sequences are not split across context-parallel ranks)"
+        )
+    tp = trainer.parallelism.tensor
+    if hf.vocab_size % tp:
+        raise ValueError(f"vocab_size {hf.vocab_size} is not divisible by tensor parallel {tp}")
+    with _quiet():
+        config = TransformerConfig(
+            **transformer_config_kwargs(hf, trainer),
+            activation_func=torch.nn.functional.silu,
+            params_dtype=params_dtype,
+            pipeline_dtype=params_dtype,
+            bf16=params_dtype == torch.bfloat16,
+        )
+    moe = {"num_experts": hf.num_experts, "moe_grouped_gemm": False}
+    if use_te:
+        layer_spec = specs.get_gpt_layer_with_transformer_engine_spec(
+            **moe, qk_layernorm=hf.qk_layernorm
+        )
+    else:
+        layer_spec = specs.get_gpt_layer_local_spec(
+            **moe, qk_layernorm=hf.qk_layernorm, normalization="RMSNorm"
+        )
+    with _quiet():
+        return GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec,
+            vocab_size=hf.vocab_size,
+            max_sequence_length=hf.max_position_embeddings,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            share_embeddings_and_output_weights=hf.tie_word_embeddings,
+            position_embedding_type="rope",
+            rotary_base=int(hf.rope_theta),
+        )
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, *, temperature: float
+) -> torch.Tensor:
+    """log π(target | prefix) per position from (tensor-parallel) logits ``[..., vocab/TP]``.
+
+    The engine sampled at ``temperature``, so its logprobs are of ``softmax(logits / T)``; the
+    trainer's must be of the same distribution. Vocab-parallel cross entropy gathers the
+    normaliser over tensor-parallel ranks without materialising the whole vocabulary."""
+    with _quiet():
+        from megatron.core import tensor_parallel
+
+    scaled = (logits.float() / max(temperature, 1e-6)).contiguous()
+    return -tensor_parallel.vocab_parallel_cross_entropy(scaled, targets)
+
+
+# -- one step's data ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Sequence:
+    """One trajectory as a micro-batch: its tokens and where its loss tokens are."""
+
+    index: int
+    """Position in the step (its ``seq_index``)."""
+    token_ids: list[int]
+    positions: list[int]
+    """Indices ``j ≥ 1`` of the loss tokens in ``token_ids`` (predicted from position j − 1)."""
+    engine_logprobs: list[float]
+    advantage: float
+    carries_loss: bool
+
+
+def sequences(samples: Sequence[TrainSample]) -> list[_Sequence]:
+    """The step's trajectories with the positions of their generated tokens, in the same
+    order as the torch backend flattens them."""
+    out = []
+    for i, s in enumerate(samples):
+        t = s.trajectory
+        # Token 0 has no prefix to be predicted from; a trajectory always starts with a prompt.
+        positions = [j for j in range(1, len(t.token_ids)) if t.loss_mask[j]]
+        out.append(
+            _Sequence(
+                index=i,
+                token_ids=list(t.token_ids),
+                positions=positions,
+                engine_logprobs=[t.logprobs[j] for j in positions],
+                advantage=s.advantage,
+                carries_loss=s.carries_loss,
+            )
+        )
+    return out
+
+
+def microbatch_weights(
+    seqs: Sequence[_Sequence], logp_old: Sequence[torch.Tensor], algorithm: Algorithm
+) -> list[float]:
+    """Weight of each trajectory's own aggregated loss in the step's loss.
+
+    ``grpo_loss`` on one trajectory aggregates over that trajectory alone; the step's loss is
+    ``Σ weight_i × loss_i``. token-mean weighs by the trajectory's share of the step's
+    loss-carrying tokens; the sequence means by 1 / (trajectories with loss tokens). ICEPOP
+    removes tokens before aggregation, so the counts are taken after it — they depend only on
+    the recomputed and the engine's logprobs, both known before the training pass.
+    """
+    correction = algorithm.off_policy_correction
+    counts: list[float] = []
+    for seq, old in zip(seqs, logp_old, strict=True):
+        if not seq.carries_loss:
+            counts.append(0.0)
+            continue
+        keep = torch.ones_like(old)
+        if correction.mode == CorrectionMode.ICEPOP:
+            w = torch.exp(old - torch.tensor(seq.engine_logprobs, dtype=old.dtype))
+            keep = ((w >= correction.low) & (w <= correction.high)).to(old.dtype)
+        counts.append(float(keep.sum()))
+    if algorithm.loss_aggregation == LossAggregation.TOKEN_MEAN:
+        total = sum(counts)
+        return [c / total if total else 0.0 for c in counts]
+    present = sum(c > 0 for c in counts)
+    return [1.0 / present if c > 0 else 0.0 for c in counts]
+
+
+def step_statistics(
+    seqs: Sequence[_Sequence],
+    logp_old: Sequence[torch.Tensor],
+    parts: Sequence[LossStats],
+    algorithm: Algorithm,
+) -> LossStats:
+    """The step's :class:`LossStats` from per-trajectory ones: the mismatch statistics are
+    recomputed over the whole step (ESS is not additive), clip fraction and KL are averaged
+    weighted by loss tokens."""
+    mask = torch.cat(
+        [torch.full((len(s.positions),), float(s.carries_loss)) for s in seqs]
+    ).double()
+    old = torch.cat([o.double() for o in logp_old])
+    engine = torch.cat([torch.tensor(s.engine_logprobs, dtype=torch.float64) for s in seqs])
+    n = float(mask.sum().clamp_min(1.0))
+    w = torch.exp(old - engine) * mask
+    correction = algorithm.off_policy_correction
+    outside = ((w < correction.low) | (w > correction.high)).double() * mask
+    tokens = sum(p.tokens for p in parts)
+    return LossStats(
+        clip_fraction=sum(p.clip_fraction * p.tokens for p in parts) / max(tokens, 1),
+        mismatch_abs_mean=float(((old - engine).abs() * mask).sum()) / n,
+        ess=min(float(w.sum() ** 2 / (n * (w**2).sum().clamp_min(1e-30))), 1.0),
+        correction_fraction=float(outside.sum()) / n
+        if correction.mode != CorrectionMode.NONE
+        else 0.0,
+        kl=sum(p.kl * p.tokens for p in parts) / max(tokens, 1),
+        tokens=int(mask.sum()),
+    )
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+
+
+def host_save_strategy() -> Any:
+    """A ``torch_dist`` save strategy that stages tensors synchronously (no CUDA calls).
+
+    megatron-core 0.16's ``TorchDistSaveShardedStrategy`` writes through an asynchronous writer
+    that calls ``torch.cuda.synchronize()`` and allocates its failure flag on the current CUDA
+    device, so it cannot save from a host without a GPU. This one keeps megatron's translation
+    of sharded tensors and its save planner and hands them to torch's ``FileSystemWriter``:
+    the files are the same ``torch_dist`` format, loaded by the stock strategy."""
+    with _quiet():
+        import torch.distributed.checkpoint as dcp
+        from megatron.core.dist_checkpointing.strategies import torch as mcore_torch
+
+    class HostTorchDistSave(mcore_torch.TorchDistSaveShardedStrategy):  # type: ignore[misc]
+        def save(self, sharded_state_dict: Any, checkpoint_dir: Path) -> None:
+            translated, _, _ = mcore_torch._replace_state_dict_keys_with_sharded_keys(
+                sharded_state_dict, self.keep_only_main_replica
+            )
+            pyt_state_dict = mcore_torch.mcore_to_pyt_state_dict(translated, False)
+            dcp.save(
+                pyt_state_dict,
+                storage_writer=dcp.FileSystemWriter(checkpoint_dir, thread_count=1),
+                planner=mcore_torch.MCoreSavePlanner(
+                    dedup_replicated_tensors=not self.keep_only_main_replica,
+                    flatten_state_dict=False,
+                ),
+            )
+
+    return HostTorchDistSave("torch_dist", 1)
+
+
+class _Command(BaseModel):
+    """What rank 0 asks every other rank to do with it."""
+
+    op: str
+    """``step``, ``save``, ``load``, ``export``, ``named_tensors`` or ``stop``."""
+    samples: list[TrainSample] = []
+    path: str | None = None
+
+
+# -- the backend -------------------------------------------------------------------------------
+
+
+class MegatronBackend:
+    """GRPO on a megatron-core GPTModel. Construct on every rank after
+    :func:`initialize_parallel`; rank 0 calls the methods, the others call :meth:`follow`.
+
+    Args:
+        hf: the model's HF config.
+        spec: ``spec.trainer``.
+        temperature: the rollout temperature (logprobs are of ``softmax(logits / T)``).
+        model_dir: the HF model directory (initial weights, and the config/tokenizer files
+            copied next to exported weights); None starts from megatron's random init.
+        params_dtype: parameter dtype (``spec.model.dtype``; float32 in the CPU tests).
+    """
+
+    def __init__(
+        self,
+        hf: HFModelConfig,
+        spec: TrainerSpec,
+        *,
+        temperature: float,
+        model_dir: Path | None = None,
+        params_dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
+        with _quiet():
+            from megatron.core import parallel_state
+        self.hf = hf
+        self.spec = spec
+        self.temperature = temperature
+        self.model_dir = model_dir
+        self.params_dtype = params_dtype
+        self.iteration = 0
+        self.ps = parallel_state
+        self.model = build_gpt_model(hf, spec, params_dtype=params_dtype)
+        if model_dir is not None and any(model_dir.glob("*.safetensors")):
+            self.load_hf_weights(model_dir)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if gpu_available() else None
+        self.reference: Any = None
+        self.ddp: Any = None
+        self.optimizer: Any = None
+        if self.device is not None:
+            self._setup_training()
+
+    # -- construction ----------------------------------------------------------------------
+
+    def _setup_training(self) -> None:
+        with _quiet():
+            from megatron.core.distributed import (
+                DistributedDataParallel,
+                DistributedDataParallelConfig,
+                finalize_model_grads,
+            )
+            from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        if self.spec.algorithm.kl_coef > 0:
+            # The KL term compares with the initial policy: a frozen copy of the start weights.
+            self.reference = build_gpt_model(self.hf, self.spec, params_dtype=self.params_dtype)
+            self.reference.load_state_dict(self.model.state_dict(), strict=False)
+            self.reference.to(self.device).eval().requires_grad_(False)
+        self.model.to(self.device)
+        config = self.model.config
+        self.ddp = DistributedDataParallel(
+            config=config,
+            ddp_config=DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, use_distributed_optimizer=True
+            ),
+            module=self.model,
+        )
+        config.no_sync_func = self.ddp.no_sync
+        config.finalize_model_grads_func = finalize_model_grads
+        bf16 = self.params_dtype == torch.bfloat16
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(**optimizer_config_kwargs(self.spec, bf16=bf16)), [self.ddp]
+        )
+
+    # -- names -----------------------------------------------------------------------------
+
+    def _layer_offset(self) -> int:
+        with _quiet():
+            from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+        return int(get_transformer_layer_offset(self.model.config))
+
+    def global_name(self, name: str) -> str:
+        """A parameter's name with the pipeline stage's layer offset and the expert-parallel
+        rank's expert offset added (the names a single-GPU model would have)."""
+        parts = name.split(".")
+        if name.startswith("decoder.layers."):
+            parts[2] = str(int(parts[2]) + self._layer_offset())
+        if ".local_experts." in name and self.hf.num_experts:
+            i = parts.index("local_experts") + 1
+            per_rank = self.hf.num_experts // self.ps.get_expert_model_parallel_world_size()
+            parts[i] = str(int(parts[i]) + self.ps.get_expert_model_parallel_rank() * per_rank)
+        return ".".join(parts)
+
+    def _tp(self, param: torch.Tensor) -> tuple[int | None, Any, int, int]:
+        """(partition dim, group, rank, size) of a parameter's tensor-parallel sharding;
+        experts shard over the expert tensor-parallel group."""
+        if not getattr(param, "tensor_model_parallel", False):
+            return None, None, 0, 1
+        if not getattr(param, "allreduce", True):  # expert parameters
+            group = self.ps.get_expert_tensor_parallel_group()
+            rank = self.ps.get_expert_tensor_parallel_rank()
+            size = self.ps.get_expert_tensor_parallel_world_size()
+        else:
+            group = self.ps.get_tensor_model_parallel_group()
+            rank = self.ps.get_tensor_model_parallel_rank()
+            size = self.ps.get_tensor_model_parallel_world_size()
+        return int(param.partition_dim), group, rank, size
+
+    # -- HF weights ------------------------------------------------------------------------
+
+    def load_hf_weights(self, model_dir: Path) -> None:
+        """Fill this rank's parameters from the HF safetensors in ``model_dir``."""
+        from safetensors.torch import load_file
+
+        state: dict[str, torch.Tensor] = {}
+        for f in sorted(model_dir.glob("*.safetensors")):
+            state.update(load_file(str(f)))
+        params = dict(self.model.named_parameters())
+        whole = megatron_weights.from_hf(state, [self.global_name(n) for n in params], self.hf)
+        with torch.no_grad():
+            for name, param in params.items():
+                dim, _, rank, size = self._tp(param)
+                piece = megatron_weights.shard(
+                    name, whole[self.global_name(name)], partition_dim=dim, rank=rank, size=size
+                )
+                param.copy_(piece.to(param.dtype))
+
+    def hf_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """This rank's parameters as whole HF tensors (tensor-parallel pieces gathered; a
+        collective over the tensor-parallel group, so every rank of it must iterate)."""
+        for name, param in self.model.named_parameters():
+            dim, group, _, size = self._tp(param)
+            tensor = param.detach()
+            if size > 1:
+                pieces = [torch.empty_like(tensor) for _ in range(size)]
+                torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+                tensor = megatron_weights.unshard(name, pieces, partition_dim=dim)
+            yield from megatron_weights.to_hf(self.global_name(name), tensor, self.hf)
+
+    def _writes_export(self) -> bool:
+        # One writer per pipeline stage and expert-parallel rank: tensor-parallel pieces were
+        # gathered and data-parallel replicas are equal.
+        return (
+            self.ps.get_tensor_model_parallel_rank() == 0
+            and self.ps.get_data_parallel_rank() == 0
+            and self.ps.get_context_parallel_rank() == 0
+        )
+
+    def _export(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        ep_rank = self.ps.get_expert_model_parallel_rank()
+        tensors: dict[str, torch.Tensor] = {}
+        for name, tensor in self.hf_tensors():
+            # Replicated (non-expert) tensors are written by expert-parallel rank 0 only.
+            if ep_rank == 0 or ".mlp.experts." in name:
+                tensors[name] = tensor.to("cpu").contiguous()
+        if self._writes_export() and tensors:
+            stage = self.ps.get_pipeline_model_parallel_rank()
+            save_file(tensors, str(directory / f"model-pp{stage:03d}-ep{ep_rank:03d}.safetensors"))
+        if torch.distributed.get_rank() == 0 and self.model_dir is not None:
+            for side in HF_SIDE_FILES:
+                if (self.model_dir / side).is_file():
+                    shutil.copy2(self.model_dir / side, directory / side)
+
+    # -- collective calls ------------------------------------------------------------------
+
+    def _announce(self, command: _Command) -> None:
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.broadcast_object_list([command], src=0)
+
+    def follow(self) -> None:
+        """Ranks other than 0: run what rank 0 runs, until it says ``stop``."""
+        while True:
+            box: list[Any] = [None]
+            torch.distributed.broadcast_object_list(box, src=0)
+            command: _Command = box[0]
+            if command.op == "stop":
+                return
+            if command.op == "step":
+                self._step(command.samples)
+            elif command.op == "save":
+                self._save(Path(command.path or ""))
+            elif command.op == "load":
+                self._load(Path(command.path or ""))
+            elif command.op == "export":
+                self._export(Path(command.path or ""))
+            elif command.op == "named_tensors":
+                for _ in self.hf_tensors():
+                    pass
+
+    def stop_followers(self) -> None:
+        """Rank 0: release the other ranks from :meth:`follow`."""
+        self._announce(_Command(op="stop"))
+
+    # -- the Backend surface ---------------------------------------------------------------
+
+    def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
+        """One GRPO update on ``samples`` (rank 0; the others follow)."""
+        self._announce(_Command(op="step", samples=list(samples)))
+        return self._step(samples)
+
+    def save_state(self, directory: Path) -> None:
+        """Model, optimizer and step counter as a ``torch_dist`` checkpoint in
+        ``directory/model`` (a collective: every rank writes its shards)."""
+        self._announce(_Command(op="save", path=str(directory)))
+        self._save(directory)
+
+    def load_state(self, directory: Path) -> None:
+        """Inverse of :meth:`save_state`."""
+        self._announce(_Command(op="load", path=str(directory)))
+        self._load(directory)
+
+    def export_weights(self, directory: Path) -> None:
+        """HF safetensors (plus config and tokenizer files) that SGLang loads."""
+        self._announce(_Command(op="export", path=str(directory)))
+        self._export(directory)
+
+    def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """HF-named whole tensors for a distributed weight push, on rank 0. Only a model held
+        whole by rank 0's pipeline (pipeline and expert parallel 1) can be pushed this way."""
+        p = self.spec.parallelism
+        if p.pipeline > 1 or p.expert > 1:
+            raise NotImplementedError(
+                "weightSync.mode distributed pushes from trainer rank 0, which holds every layer "
+                "only with parallelism.pipeline = expert = 1; use weightSync.mode disk"
+            )
+        self._announce(_Command(op="named_tensors"))
+        yield from self.hf_tensors()
+
+    # -- implementations -------------------------------------------------------------------
+
+    def _sharded_state(self, *, is_loading: bool) -> dict[str, Any]:
+        # The layout megatron's own training uses: the model's sharded state under "model",
+        # the distributed optimizer's (which refers to the model's tensors) under "optimizer".
+        state: dict[str, Any] = {"model": self.model.sharded_state_dict()}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(
+                state["model"], is_loading=is_loading
+            )
+        return state
+
+    def _save(self, directory: Path) -> None:
+        with _quiet():
+            from megatron.core import dist_checkpointing
+        target = directory / MODEL_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        state = self._sharded_state(is_loading=False)
+        state[ITERATION_KEY] = self.iteration
+        strategy = None if gpu_available() else host_save_strategy()
+        with _quiet():  # torch's DCP deprecations, reached through megatron's calls
+            dist_checkpointing.save(state, str(target), sharded_strategy=strategy)
+        if torch.distributed.get_rank() == 0:
+            (directory / "hf_config.json").write_text(
+                json.dumps(self.hf.model_dump(), indent=2), encoding="utf-8"
+            )
+
+    def _load(self, directory: Path) -> None:
+        with _quiet():
+            from megatron.core import dist_checkpointing
+        with _quiet():
+            loaded = dist_checkpointing.load(
+                self._sharded_state(is_loading=True), str(directory / MODEL_DIR)
+            )
+        # strict=False: Transformer Engine's per-module "_extra_state" entries are optional.
+        self.model.load_state_dict(loaded["model"], strict=False)
+        if self.optimizer is not None and "optimizer" in loaded:
+            self.optimizer.load_state_dict(loaded["optimizer"])
+        self.iteration = int(loaded[ITERATION_KEY])
+
+    def _require_device(self) -> torch.device:
+        if self.device is None or self.optimizer is None:
+            raise RuntimeError(
+                "the megatron backend steps on a GPU only: megatron-core's forward pass and "
+                "gradient buffers call torch.cuda.current_device(); use backend: torch on a CPU"
+            )
+        return self.device
+
+    def _my_sequences(self, samples: Sequence[TrainSample]) -> list[_Sequence]:
+        dp = self.ps.get_data_parallel_world_size()
+        if len(samples) < dp:
+            raise ValueError(f"{len(samples)} trajectories cannot feed {dp} data-parallel ranks")
+        return sequences(samples)[self.ps.get_data_parallel_rank() :: dp]
+
+    def _run(
+        self, model: Any, seqs: Sequence[_Sequence], *, forward_only: bool, loss_fn: Any
+    ) -> None:
+        """Every sequence through ``model`` as one micro-batch, calling ``loss_fn(seq, logp)``
+        with its loss tokens' logprobs on the last pipeline stage."""
+        with _quiet():
+            from megatron.core.pipeline_parallel import get_forward_backward_func
+        device = self._require_device()
+        length = max(len(s.token_ids) for s in seqs)
+
+        def forward_step(data: Iterator[_Sequence], module: Any) -> tuple[Any, Any]:
+            seq = next(data)
+            ids = torch.zeros(1, length, dtype=torch.long, device=device)
+            ids[0, : len(seq.token_ids)] = torch.tensor(seq.token_ids, device=device)
+            positions = torch.arange(length, device=device).unsqueeze(0)
+            # True = masked: causal. Padding sits after the sequence, so it never leaks back.
+            mask = ~torch.ones(1, 1, length, length, dtype=torch.bool, device=device).tril()
+            logits = module(ids, positions, mask)
+
+            def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+                index = torch.tensor(seq.positions, device=device)
+                lp = token_logprobs(
+                    output[0, index - 1].unsqueeze(0), ids[:, index], temperature=self.temperature
+                )[0]
+                return loss_fn(seq, lp), {}
+
+            return logits, loss_func
+
+        get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(seqs),
+            model=[model],
+            num_microbatches=len(seqs),
+            seq_length=length,
+            micro_batch_size=1,
+            forward_only=forward_only,
+        )
+
+    def _logprobs(self, model: Any, seqs: Sequence[_Sequence]) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+
+        def keep(_: _Sequence, lp: torch.Tensor) -> torch.Tensor:
+            out.append(lp.detach().float())
+            return lp.sum() * 0.0
+
+        with torch.no_grad():
+            self._run(model, seqs, forward_only=True, loss_fn=keep)
+        return out
+
+    def _step(self, samples: Sequence[TrainSample]) -> StepStats:
+        device = self._require_device()
+        seqs = self._my_sequences(samples)
+        algorithm = self.spec.algorithm
+        last_stage = self.ps.is_pipeline_last_stage()
+        dp = self.ps.get_data_parallel_world_size()
+
+        t0 = time.monotonic()
+        self.ddp.eval()
+        logp_old = self._logprobs(self.ddp, seqs)
+        logp_ref = self._logprobs(self.reference, seqs) if self.reference is not None else None
+        t1 = time.monotonic()
+
+        # Weights need the step's totals over data-parallel ranks: gather every rank's old
+        # logprobs on the last stage (small: one float per generated token).
+        weights: dict[int, float] = {}
+        if last_stage:
+            local = [(s.index, lp.cpu()) for s, lp in zip(seqs, logp_old, strict=True)]
+            gathered: list[Any] = [None] * dp
+            torch.distributed.all_gather_object(
+                gathered, local, group=self.ps.get_data_parallel_group()
+            )
+            everything = sorted((item for part in gathered for item in part), key=lambda x: x[0])
+            all_seqs = sequences(samples)
+            w = microbatch_weights(all_seqs, [lp for _, lp in everything], algorithm)
+            weights = {s.index: w[s.index] for s in seqs}
+
+        parts: list[LossStats] = []
+        losses: list[float] = []
+        ref_by_index = {s.index: r for s, r in zip(seqs, logp_ref, strict=True)} if logp_ref else {}
+        old_by_index = {s.index: o for s, o in zip(seqs, logp_old, strict=True)}
+
+        def grpo(seq: _Sequence, lp: torch.Tensor) -> torch.Tensor:
+            n = len(seq.positions)
+            loss, stats = grpo_loss(
+                logp=lp,
+                logp_old=old_by_index[seq.index].to(device),
+                logp_engine=torch.tensor(seq.engine_logprobs, device=device),
+                advantages=torch.full((n,), seq.advantage, device=device),
+                mask=torch.full((n,), float(seq.carries_loss), device=device),
+                seq_index=torch.zeros(n, dtype=torch.long, device=device),
+                num_seqs=1,
+                algorithm=algorithm,
+                logp_ref=ref_by_index[seq.index].to(device) if ref_by_index else None,
+            )
+            parts.append(stats)
+            losses.append(float(loss.detach()) * weights[seq.index])
+            # Megatron divides each micro-batch's loss by their number and DDP averages the
+            # gradients over data-parallel ranks: undo both so the sum is the step's loss.
+            return loss * weights[seq.index] * len(seqs) * dp
+
+        self.ddp.train()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self._run(self.ddp, seqs, forward_only=False, loss_fn=grpo)
+        _, grad_norm, _ = self.optimizer.step()
+        self.iteration += 1
+        t2 = time.monotonic()
+
+        payload: Any = None
+        if last_stage:
+            totals: list[Any] = [None] * dp
+            torch.distributed.all_gather_object(
+                totals,
+                (
+                    sum(losses),
+                    [(s.index, o.cpu()) for s, o in zip(seqs, logp_old, strict=True)],
+                    parts,
+                ),
+                group=self.ps.get_data_parallel_group(),
+            )
+            olds = sorted((x for t in totals for x in t[1]), key=lambda x: x[0])
+            stats = step_statistics(
+                sequences(samples),
+                [o for _, o in olds],
+                [p for t in totals for p in t[2]],
+                algorithm,
+            )
+            payload = (sum(t[0] for t in totals), stats)
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [payload]
+            torch.distributed.broadcast_object_list(
+                box,
+                src=self.ps.get_pipeline_model_parallel_last_rank(),
+                group=self.ps.get_pipeline_model_parallel_group(),
+            )
+            payload = box[0]
+        loss_value, stats = payload
+        return StepStats(
+            loss=float(loss_value),
+            grad_norm=float(grad_norm or 0.0),
+            loss_stats=stats,
+            recompute_seconds=t1 - t0,
+            update_seconds=t2 - t1,
+        )

@@ -1,0 +1,134 @@
+"""The trainer's progress on its own pod: ``agentrl.dev/progress``, the annotation the operator
+reads into the job's status (:class:`agentrl.reconcile.observed.TrainerProgress`, camelCase JSON).
+
+:class:`ProgressTracker` turns each step's :class:`~agentrl.trainer.loop.StepRecord` and the
+driver's running counters into a :class:`TrainerProgress` and hands it to a
+:class:`ProgressReporter`: :class:`LightkubeProgressReporter` merge-patches the pod (its
+ServiceAccount needs ``patch`` on its own pod), :class:`FakeProgressReporter` records (tests),
+:class:`LoggingProgressReporter` logs (outside a pod). Reporting never stops training: an API
+error is logged and the next step reports again.
+
+Callers: :mod:`agentrl.trainer.cli` (rank 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrl.reconcile.constants import ANNOTATION_PROGRESS
+from agentrl.reconcile.observed import TrainerProgress
+from agentrl.trainer.checkpoint import DriverState
+from agentrl.trainer.loop import StepRecord
+
+log = logging.getLogger(__name__)
+
+
+def to_annotation(progress: TrainerProgress) -> str:
+    """The annotation value: camelCase JSON, unset fields left out."""
+    return progress.model_dump_json(by_alias=True, exclude_none=True)
+
+
+class ProgressReporter(Protocol):
+    """Where rank 0 reports its progress."""
+
+    async def report(self, progress: TrainerProgress) -> None: ...
+
+
+@dataclass
+class FakeProgressReporter:
+    """Records every report (tests)."""
+
+    reports: list[TrainerProgress] = field(default_factory=list)
+
+    async def report(self, progress: TrainerProgress) -> None:
+        self.reports.append(progress)
+
+
+class LoggingProgressReporter:
+    """Logs the progress (no pod to annotate)."""
+
+    async def report(self, progress: TrainerProgress) -> None:
+        log.info("progress: %s", to_annotation(progress))
+
+
+class LightkubeProgressReporter:
+    """Merge-patches ``agentrl.dev/progress`` on the trainer's own pod."""
+
+    def __init__(self, *, pod_name: str, namespace: str, client: Any = None) -> None:
+        """``client``: a ``lightkube.AsyncClient``; None builds one from the in-cluster config."""
+        self.pod_name = pod_name
+        self.namespace = namespace
+        self._client = client
+
+    async def report(self, progress: TrainerProgress) -> None:
+        from lightkube.resources.core_v1 import Pod
+        from lightkube.types import PatchType
+
+        if self._client is None:
+            from lightkube import AsyncClient
+
+            self._client = AsyncClient()
+        patch = {"metadata": {"annotations": {ANNOTATION_PROGRESS: to_annotation(progress)}}}
+        try:
+            await self._client.patch(
+                Pod, self.pod_name, patch, namespace=self.namespace, patch_type=PatchType.MERGE
+            )
+        except Exception:  # reporting must never stop training
+            log.exception("could not annotate pod %s/%s", self.namespace, self.pod_name)
+
+
+def reporter_for(env: Any) -> ProgressReporter:
+    """Lightkube inside a pod (``POD_NAME``/``POD_NAMESPACE`` set), logging elsewhere."""
+    if env.pod_name and env.namespace:
+        return LightkubeProgressReporter(pod_name=env.pod_name, namespace=env.namespace)
+    return LoggingProgressReporter()
+
+
+def progress_of(
+    record: StepRecord, state: DriverState, *, last_checkpoint_step: int, hours: float
+) -> TrainerProgress:
+    """The annotation's content after ``record``'s step."""
+    counters = state.counters
+    seen = max(counters.trajectories, 1)
+    return TrainerProgress(
+        step=record.step,
+        last_checkpoint_step=last_checkpoint_step,
+        weight_version=str(record.weight_version),
+        trajectories_per_hour=counters.trained_trajectories / hours if hours > 0 else 0.0,
+        mean_reward=record.reward_mean,
+        infra_error_rate=counters.infra_errors / seen,
+        truncated_rate=counters.classes.get("truncated", 0) / seen,
+    )
+
+
+class ProgressTracker:
+    """Reports after every step; the driver calls :meth:`on_step` from its loop."""
+
+    def __init__(self, reporter: ProgressReporter, *, state: DriverState) -> None:
+        self.reporter = reporter
+        self.state = state
+        self._started = time.monotonic() - state.elapsed_seconds
+        self._pending: list[Any] = []
+
+    def on_step(self, record: StepRecord, driver: Any) -> None:
+        import asyncio
+
+        hours = (time.monotonic() - self._started) / 3600.0
+        progress = progress_of(
+            record,
+            self.state,
+            last_checkpoint_step=getattr(driver, "_last_checkpoint", 0),
+            hours=hours,
+        )
+        self._pending = [t for t in self._pending if not t.done()]
+        self._pending.append(asyncio.get_running_loop().create_task(self.reporter.report(progress)))
+
+    async def flush(self) -> None:
+        """Wait for reports still in flight."""
+        import asyncio
+
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending = []
