@@ -83,7 +83,11 @@ def test_operator_holds_every_rule_of_the_roles_it_creates_for_a_job(helm: Helm)
 
     docs = helm.template()
     held = expand(find(docs, "ClusterRole")["rules"])
-    child_rules = [*rbac.sandbox_provider_rules(), *rbac.watchdog_rules(_job())]
+    child_rules = [
+        *rbac.sandbox_provider_rules(),
+        *rbac.watchdog_rules(_job()),
+        *rbac.trainer_rules(),
+    ]
     assert child_rules, "the reconcile layer builds Roles for rollout workers and watchdogs"
     for rule in child_rules:
         assert _grants(held, rule) == [], rule

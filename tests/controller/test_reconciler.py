@@ -33,9 +33,9 @@ async def test_a_new_job_gets_every_child_then_one_status_write_then_events() ->
     await _reconciler(api).reconcile(KEY)
     writes = api.writes()
     applies = [w for w in writes if w[0] == "apply"]
-    # ConfigMap, PVC, 3 engine RBAC, 3 rollout RBAC, NetworkPolicy, 2 engine, StatefulSet,
-    # trainer Service, trainer Job, rollout Deployment: 15 children
-    assert len(applies) == 15
+    # ConfigMap, PVC, 3 engine RBAC, 3 rollout RBAC, 3 trainer RBAC, NetworkPolicy, engine
+    # Service and PDB, StatefulSet, trainer Service, trainer Job, rollout Deployment: 18
+    assert len(applies) == 18
     first_status = writes.index(("patch", "status"))
     assert all(w[0] == "apply" for w in writes[:first_status])
     assert writes.count(("patch", "status")) == 1
@@ -59,7 +59,7 @@ async def test_after_forget_applied_every_child_is_applied_again() -> None:
     api.calls.clear()
     reconciler.forget_applied(KEY)
     await reconciler.reconcile(KEY)
-    assert len([w for w in api.writes() if w[0] == "apply"]) == 15
+    assert len([w for w in api.writes() if w[0] == "apply"]) == 18
     assert ("patch", "status") not in api.writes()
 
 

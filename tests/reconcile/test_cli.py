@@ -25,7 +25,7 @@ def test_render_prints_the_children_as_a_yaml_stream(tmp_path):
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.output))
     assert [d["kind"] for d in docs][:2] == ["ConfigMap", "PersistentVolumeClaim"]
-    assert len(docs) == 15
+    assert len(docs) == 18
     sts = next(d for d in docs if d["kind"] == "StatefulSet")
     assert sts["spec"]["replicas"] == 2
     assert sts["metadata"]["namespace"] == "rl"

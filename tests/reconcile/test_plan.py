@@ -25,7 +25,7 @@ def _kinds(p):
 
 def test_a_new_job_applies_every_child_and_writes_its_first_status():
     p = _plan(make_job("swe", "rl"))
-    assert len(p.children) == 15
+    assert len(p.children) == 18
     assert ("Job", "swe-trainer") in _kinds(p)
     assert p.write_status
     assert p.delete == []

@@ -48,7 +48,9 @@ def test_trainer_pod_rendezvous_env_and_interface_pinning():
     pod = trainer.trainer_job(job, BuildContext.for_job(job), attempt=1)["spec"]["template"]["spec"]
     assert pod["subdomain"] == "swe-trainer"
     assert pod["restartPolicy"] == "Never"
-    assert pod["automountServiceAccountToken"] is False
+    # the driver patches its own pod with its progress, through the trainer's own account
+    assert pod["serviceAccountName"] == "swe-trainer"
+    assert pod["automountServiceAccountToken"] is True
     container = pod["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["MASTER_ADDR"]["value"] == "swe-trainer-0.swe-trainer.rl.svc"
@@ -126,3 +128,15 @@ def test_trainer_service_resolves_ranks_before_they_are_ready():
             {"name": "ray", "port": 6379, "protocol": "TCP"},
         ],
     }
+
+
+def test_the_trainer_role_allows_only_its_progress_annotation_and_events():
+    job = _job()
+    objs = {o["kind"]: o for o in trainer.trainer_rbac(job, BuildContext.for_job(job))}
+    assert objs["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    assert objs["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "swe-trainer", "namespace": "rl"}
+    ]

@@ -77,6 +77,7 @@ def desired_children(
         children.append(claim)
     children += engine.engine_rbac(job, ctx)
     children += rollout.rollout_rbac(job, ctx)
+    children += trainer.trainer_rbac(job, ctx)
     children.append(sandbox.network_policy(job, ctx))
     children += [
         engine.headless_service(job, ctx),

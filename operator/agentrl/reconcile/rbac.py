@@ -54,6 +54,15 @@ def watchdog_rules(job: AgentRLJob) -> list[dict[str, Any]]:
     ]
 
 
+def trainer_rules() -> list[dict[str, Any]]:
+    """The trainer driver's rules: it writes its progress annotation on its own pod (whose name
+    the Job generates, so the rule cannot name it) and posts Events."""
+    return [
+        _rule(["pods"], ["get", "patch"]),
+        _rule(["events"], ["create"]),
+    ]
+
+
 def service_account(
     job: AgentRLJob, ctx: BuildContext, *, name: str, component: Component
 ) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from agentrl.reconcile.pods import (
     shm_mount,
     shm_volume,
 )
+from agentrl.reconcile.rbac import rbac_objects, trainer_rules
 
 
 def network_env(job: AgentRLJob) -> list[dict[str, Any]]:
@@ -82,6 +83,17 @@ def trainer_env(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> list[dic
     ]
 
 
+def trainer_rbac(job: AgentRLJob, ctx: BuildContext) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding ``NAME-trainer`` for the driver's progress."""
+    return rbac_objects(
+        job,
+        ctx,
+        name=names.trainer(job.metadata.name),
+        component=Component.TRAINER,
+        rules=trainer_rules(),
+    )
+
+
 def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dict[str, Any]:
     """The trainer pod's spec."""
     trainer = job.spec.trainer
@@ -89,8 +101,10 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
     return {
         "subdomain": names.trainer(job.metadata.name),
         "restartPolicy": "Never",
-        # The trainer needs no Kubernetes API.
-        "automountServiceAccountToken": False,
+        # The driver (rank 0) writes its progress on its own pod (agentrl.dev/progress), which
+        # the operator lifts into status.trainer and status.rollout.
+        "serviceAccountName": names.trainer(job.metadata.name),
+        "automountServiceAccountToken": True,
         **gpu_node_placement(job, Component.TRAINER),
         "containers": [
             {
