@@ -47,5 +47,5 @@ def test_helm_template_wraps_the_crd_in_crds_install_only() -> None:
     # (the field's own default, or its entry in the whole-object default)
     inner = actions[1:-1]
     assert inner and all(".Values.jobDefaults." in a and "toJson" in a for a in inner)
-    # 8 defaults, each in two places
-    assert len(inner) == 16
+    # 8 component defaults, each in two places, plus spec.imagePullSecrets in one
+    assert len(inner) == 17

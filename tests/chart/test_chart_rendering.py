@@ -300,6 +300,7 @@ def test_job_defaults_become_the_crds_schema_defaults(helm: Helm) -> None:
             "sandboxNodeSelector": {"pool": "sandbox"},
             "sandboxTolerations": [],
             "imagePullSecrets": ["hub"],
+            "workloadImagePullSecrets": ["registry"],
         }
     }
     crd = next(d for d in helm.template(values) if d["kind"] == "CustomResourceDefinition")
@@ -318,6 +319,7 @@ def test_job_defaults_become_the_crds_schema_defaults(helm: Helm) -> None:
     sandbox = spec["properties"]["sandbox"]
     assert sandbox["default"]["nodeSelector"] == {"pool": "sandbox"}
     assert spec["properties"]["dataset"]["default"]["imagePullSecrets"] == ["hub"]
+    assert spec["properties"]["imagePullSecrets"]["default"] == ["registry"]
 
 
 def test_a_job_default_of_the_wrong_type_is_refused_naming_it(helm: Helm) -> None:

@@ -103,3 +103,21 @@ def test_a_named_checkpoint_volume_means_no_pvc_child():
 def test_building_twice_gives_identical_children():
     factory = make_job("swe").with_engines(3)
     assert _children(factory) == _children(factory)
+
+
+def test_workload_pods_pull_with_the_jobs_image_pull_secrets():
+    children = _by_kind(_children(make_job("swe").with_spec("imagePullSecrets", ["registry"])))
+    want = [{"name": "registry"}]
+    sts = children[("StatefulSet", "swe-engine")]["spec"]["template"]["spec"]
+    job = children[("Job", "swe-trainer")]["spec"]["template"]["spec"]
+    dep = children[("Deployment", "swe-rollout")]["spec"]["template"]["spec"]
+    assert sts["imagePullSecrets"] == want
+    assert job["imagePullSecrets"] == want
+    assert dep["imagePullSecrets"] == want
+
+
+def test_workload_pods_have_no_pull_secrets_unless_the_job_names_some():
+    children = _by_kind(_children(make_job("swe")))
+    assert "imagePullSecrets" not in children[("StatefulSet", "swe-engine")]["spec"]["template"][
+        "spec"
+    ]

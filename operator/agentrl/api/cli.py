@@ -91,8 +91,9 @@ def crds(directory: Path | None, check_dir: Path | None, helm: bool) -> None:
 
 
 #: Spec defaults a platform team sets once for every job (Helm value ``jobDefaults.KEY``):
-#: (component, field) -> KEY. They become the CRD's schema defaults, so the API server
-#: applies them and ``kubectl get arj -o yaml`` shows the effective value.
+#: (component, field) -> KEY; component "" is a field of ``spec`` itself. They become the
+#: CRD's schema defaults, so the API server applies them and ``kubectl get arj -o yaml`` shows
+#: the effective value.
 HELM_JOB_DEFAULTS = {
     ("inference", "image"): "engineImage",
     ("inference", "gpuResource"): "gpuResource",
@@ -102,6 +103,7 @@ HELM_JOB_DEFAULTS = {
     ("sandbox", "nodeSelector"): "sandboxNodeSelector",
     ("sandbox", "tolerations"): "sandboxTolerations",
     ("dataset", "imagePullSecrets"): "imagePullSecrets",
+    ("", "imagePullSecrets"): "workloadImagePullSecrets",
 }
 
 
@@ -121,9 +123,10 @@ def _helm_template() -> str:
     body["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"
     spec = body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     for (component, field), key in HELM_JOB_DEFAULTS.items():
-        schema = spec["properties"][component]
+        schema = spec["properties"][component] if component else spec
         schema["properties"][field]["default"] = _placeholder(key)
-        schema["default"][field] = _placeholder(key)
+        if component:  # the component's whole-object default carries the field too
+            schema["default"][field] = _placeholder(key)
     text = yaml.safe_dump(body, sort_keys=False, width=100, allow_unicode=True)
     if "{{" in text:  # Helm would read it as a template action
         raise click.ClickException("the CRD contains '{{', which Helm cannot carry verbatim")

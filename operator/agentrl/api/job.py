@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import ManifestModel, ObjectName
 from agentrl.api.engine import InferenceSpec
 from agentrl.api.model import DatasetSpec, ModelSpec
 from agentrl.api.rollout import RolloutSpec
@@ -47,6 +47,9 @@ class AgentRLJobSpec(ManifestModel):
     """The sandbox pool; ``concurrency`` is the /scale field."""
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     """The GRPO trainer."""
+    image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=16)
+    """Secrets for pulling the engine, trainer and rollout images (task images use
+    ``dataset.imagePullSecrets``)."""
     suspend: bool = False
     """Scale engines and sandboxes to zero and suspend the trainer; false resumes."""
     active_deadline_seconds: int | None = Field(default=None, ge=1, le=31_536_000)

@@ -50,6 +50,7 @@ from agentrl.reconcile.pods import (
     gpu_resources,
     identity_env,
     model_volumes,
+    pull_secrets,
     shm_mount,
     shm_volume,
 )
@@ -232,6 +233,7 @@ def engine_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "shareProcessNamespace": True,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         **gpu_node_placement(job, Component.ENGINE),
+        **pull_secrets(job),
         "containers": containers,
         "volumes": [
             shm_volume(inference.shm_size),

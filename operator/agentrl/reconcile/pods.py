@@ -104,3 +104,10 @@ def gpu_resources(*, cpu: str, memory: str, gpu_resource: str, gpus: int) -> dic
         requests[gpu_resource] = str(gpus)
         resources["limits"] = {gpu_resource: str(gpus)}
     return resources
+
+
+def pull_secrets(job: AgentRLJob) -> dict[str, Any]:
+    """``imagePullSecrets`` of the workload pods (engine, trainer, rollout), when any."""
+    if not job.spec.image_pull_secrets:
+        return {}
+    return {"imagePullSecrets": [{"name": s} for s in job.spec.image_pull_secrets]}

@@ -46,9 +46,7 @@ _EPSILON: Final = 1e-9
 #: Scopes a sandbox pod is in (see the module docstring).
 SANDBOX_SCOPES: Final = frozenset({"Terminating", "NotBestEffort"})
 #: Scopes a sandbox pod is never in.
-NOT_SANDBOX_SCOPES: Final = frozenset(
-    {"NotTerminating", "BestEffort", "CrossNamespacePodAffinity"}
-)
+NOT_SANDBOX_SCOPES: Final = frozenset({"NotTerminating", "BestEffort", "CrossNamespacePodAffinity"})
 
 
 class ScopeRequirement(BaseModel):
@@ -189,9 +187,7 @@ def sandbox_room(
 def sandboxes_charged(observed: Observed) -> int:
     """The job's sandbox pods a quota charges now: every live pod not yet Succeeded or
     Failed."""
-    return sum(
-        p.phase not in ("Succeeded", "Failed") for p in observed.pods_of(Component.SANDBOX)
-    )
+    return sum(p.phase not in ("Succeeded", "Failed") for p in observed.pods_of(Component.SANDBOX))
 
 
 def quotas_from_objects(objects: Sequence[Mapping[str, Any]]) -> list[ResourceQuotaUsage]:

@@ -25,7 +25,7 @@ from agentrl.reconcile.constants import RAY_HEAD_PORT, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
-from agentrl.reconcile.pods import config_mount, config_volume, identity_env
+from agentrl.reconcile.pods import config_mount, config_volume, identity_env, pull_secrets
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
 #: A rollout worker is a Ray worker joining the trainer's head; it offers no GPU.
@@ -48,6 +48,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "serviceAccountName": names.rollout(job.metadata.name),
         "automountServiceAccountToken": True,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        **pull_secrets(job),
         "containers": [
             {
                 "name": "rollout",

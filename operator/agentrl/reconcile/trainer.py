@@ -44,6 +44,7 @@ from agentrl.reconcile.pods import (
     gpu_resources,
     identity_env,
     model_volumes,
+    pull_secrets,
     shm_mount,
     shm_volume,
 )
@@ -106,6 +107,7 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
         "serviceAccountName": names.trainer(job.metadata.name),
         "automountServiceAccountToken": True,
         **gpu_node_placement(job, Component.TRAINER),
+        **pull_secrets(job),
         "containers": [
             {
                 "name": "trainer",

@@ -270,9 +270,7 @@ def _raise(job: AgentRLJob, m: EngineMetrics, current: int) -> ScaleDecision:
         running_target / running if running > 0 else math.inf,
     ]
     ratio = min(ratios)
-    proposal = (
-        math.inf if math.isinf(ratio) else math.ceil(round(current * ratio, _RATIO_DIGITS))
-    )
+    proposal = math.inf if math.isinf(ratio) else math.ceil(round(current * ratio, _RATIO_DIGITS))
     new = int(min(max(proposal, current + 1), current + auto.max_step_up, auto.max))
     limits = []
     if new < proposal and new == current + auto.max_step_up:
