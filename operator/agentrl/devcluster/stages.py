@@ -351,7 +351,7 @@ POD_OUTCOME_STAGES = "---\n".join(
     ]
 )
 
-POD_STOP_ON_DELETE_STAGE = """\
+POD_STOP_ON_DELETE_STAGE = f"""\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -372,28 +372,7 @@ spec:
   delay:
     durationMilliseconds: 0
   next:
-    statusTemplate: |
-      {{ $now := Now }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 143
-            reason: Error
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        type: Ready
-        reason: PodCompleted
-      phase: Failed
+{_terminated(143, "Error", "Failed")}
 """
 
 POD_DELETE_STAGE = """\
