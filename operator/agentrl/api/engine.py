@@ -100,11 +100,17 @@ class InferenceSpec(ManifestModel):
 
     cel_rules = (
         Rule(
-            cel="!self.extraArgs.exists(a, a.startsWith('--disable-cuda-graph'))",
+            # refuses any graph-disabling flag in extraArgs (the API server and validate)
+            cel="!self.extraArgs.exists(a, a.startsWith('--disable-cuda-graph'))",  # refused
             message_expression="'--disable-cuda-graph is refused: HIP graphs stay on "
             "(disabling them halves throughput); remove it from extraArgs'",
             field_path=".extraArgs",
-            check=lambda s: not any(a.startswith("--disable-cuda-graph") for a in s.extra_args),
+            check=lambda s: (
+                not any(
+                    a.startswith("--disable-cuda-graph")
+                    for a in s.extra_args  # refused
+                )
+            ),
             message=lambda s: (
                 "--disable-cuda-graph is refused: HIP graphs stay on "
                 "(disabling them halves throughput); remove it from extraArgs"
