@@ -107,8 +107,8 @@ class InferenceSpec(ManifestModel):
             field_path=".extraArgs",
             check=lambda s: (
                 not any(
-                    a.startswith("--disable-cuda-graph")
-                    for a in s.extra_args  # refused
+                    a.startswith("--disable-cuda-graph")  # refused
+                    for a in s.extra_args
                 )
             ),
             message=lambda s: (
