@@ -192,7 +192,7 @@ class Reconciler:
         """Apply the pre-pull DaemonSets (and remove chunks no longer wanted); their progress.
 
         The images are ``spec.sandbox.prePull.images``: the dataset may sit on a volume the
-        operator cannot read, so ``agentrl tasks images DATASET`` prints the list to paste."""
+        operator cannot read, so the task images are listed in the spec."""
         selector = {**labels.job_selector(job), LABEL_COMPONENT: Component.PREPULL.value}
         sandbox = job.spec.sandbox
         wanted: list[dict[str, Any]] = []
@@ -200,10 +200,10 @@ class Reconciler:
             nodes = await self.api.count_nodes(dict(sandbox.node_selector))
             wanted = prepull.prepull_daemonsets(job, ctx, [], nodes=nodes)
             await self._apply_children(key, wanted)
+        # read the DaemonSets only when some are wanted or some may be left from before
+        had_prepull = bool(job.status and job.status.sandbox.pre_pull)
         existing = (
-            await self.api.list_daemonsets(key.namespace, selector)
-            if (wanted or (job.status and job.status.sandbox.pre_pull))
-            else []
+            await self.api.list_daemonsets(key.namespace, selector) if wanted or had_prepull else []
         )
         keep = {d["metadata"]["name"] for d in wanted}
         for ds in existing:
