@@ -171,6 +171,26 @@ spec:
   immediateNextStage: false
 """
 
+
+def _started_conditions(*, ready: bool) -> str:
+    """The conditions of a pod whose containers were created (Ready as given)."""
+    status = "True" if ready else "False"
+    reason = "" if ready else "        reason: ContainersNotReady\n"
+    return (
+        "      - lastTransitionTime: {{ $now | Quote }}\n"
+        '        status: "True"\n'
+        "        type: Initialized\n"
+        "      - lastTransitionTime: {{ $now | Quote }}\n"
+        '        status: "True"\n'
+        "        type: PodReadyToStartContainers\n"
+        + "".join(
+            "      - lastTransitionTime: {{ $now | Quote }}\n"
+            f'        status: "{status}"\n{reason}        type: {kind}\n'
+            for kind in ("Ready", "ContainersReady")
+        )
+    )
+
+
 POD_START_STAGES = f"""\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -193,21 +213,7 @@ spec:
     statusTemplate: |
       {{{{ $now := Now }}}}
       conditions:
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: PodReadyToStartContainers
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "False"
-        reason: ContainersNotReady
-        type: Ready
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "False"
-        reason: ContainersNotReady
-        type: ContainersReady
-      containerStatuses:
+{_started_conditions(ready=False)}      containerStatuses:
       {{{{ range .spec.containers }}}}
       - image: {{{{ .image | Quote }}}}
         name: {{{{ .name | Quote }}}}
@@ -249,19 +255,7 @@ spec:
     statusTemplate: |
       {{{{ $now := Now }}}}
       conditions:
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: PodReadyToStartContainers
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: Ready
-      - lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
-        type: ContainersReady
-      containerStatuses:
+{_started_conditions(ready=True)}      containerStatuses:
       {{{{ range .spec.containers }}}}
       - image: {{{{ .image | Quote }}}}
         name: {{{{ .name | Quote }}}}
