@@ -194,6 +194,22 @@ INVALID: list[Case] = [
         "spec.trainer.parallelism",
     ),
     Case(
+        "zero mini-batches",
+        spec({"trainer": {"algorithm": {"miniBatches": 0}}}),
+        "spec.trainer.algorithm.miniBatches",
+    ),
+    Case(
+        "zero epochs",
+        spec({"trainer": {"algorithm": {"epochs": 0}}}),
+        "spec.trainer.algorithm.epochs",
+    ),
+    Case(
+        # 5 mini-batches × 8 data-parallel ranks (8 GPUs, no model parallelism) > 32 trajectories
+        "more mini-batches than the step can give every data-parallel rank",
+        spec({"trainer": {"algorithm": {"miniBatches": 5}}}),
+        "spec.trainer.algorithm.miniBatches",
+    ),
+    Case(
         "importance bounds inverted",
         spec({"trainer": {"algorithm": {"offPolicyCorrection": {"low": 1.0, "high": 1.0}}}}),
         "spec.trainer.algorithm.offPolicyCorrection.low",

@@ -76,6 +76,16 @@ class Algorithm(ManifestModel):
     """Coefficient of the low-variance KL penalty to the initial policy (0 disables it)."""
     off_policy_correction: OffPolicyCorrection = Field(default_factory=OffPolicyCorrection)
     """Train/inference mismatch correction."""
+    mini_batches: int = Field(default=1, ge=1, le=1024)
+    """Optimizer updates per pass over a step: its trajectories are split, in order and whole,
+    into this many mini-batches, each one AdamW update. Logprobs of the "old" policy are taken
+    once, before the first update, so every later update is off-policy with respect to them and
+    the PPO clip (``clipLow``/``clipHigh``) bounds how far it moves; 1 is one update per step
+    (the ratio is then exactly 1 and nothing is clipped). At most ``trajectoriesPerStep`` (for
+    megatron: ``trajectoriesPerStep`` / data-parallel size)."""
+    epochs: int = Field(default=1, ge=1, le=64)
+    """Passes over a step's mini-batches (same split, same order); each pass after the first
+    re-uses trajectories the policy has already been updated on."""
 
     cel_rules = (
         Rule(
@@ -166,6 +176,15 @@ class NetworkSpec(ManifestModel):
     """``NCCL_IB_HCA``: RDMA devices to use."""
 
 
+def _data_parallel(t: TrainerSpec) -> int:
+    """Data-parallel ranks of the megatron backend (1 for torch): GPUs over tensor × pipeline ×
+    context parallel sizes."""
+    if t.backend != TrainerBackend.MEGATRON:
+        return 1
+    p = t.parallelism
+    return (t.nodes * t.gpus_per_node) // (p.tensor * p.pipeline * p.context)
+
+
 class TrainerSpec(ManifestModel):
     """``spec.trainer``: the GRPO trainer."""
 
@@ -203,6 +222,26 @@ class TrainerSpec(ManifestModel):
     """Memory request per trainer pod."""
 
     cel_rules = (
+        Rule(
+            cel="self.algorithm.miniBatches * (self.backend == 'megatron' ? "
+            "(self.nodes * self.gpusPerNode) / (self.parallelism.tensor * "
+            "self.parallelism.pipeline * self.parallelism.context) : 1) <= "
+            "self.trajectoriesPerStep",
+            message_expression="'algorithm.miniBatches (%d) × data-parallel ranks (%d) must not "
+            "exceed trajectoriesPerStep (%d): every mini-batch gives each data-parallel rank at "
+            "least one trajectory'.format([self.algorithm.miniBatches, self.backend == "
+            "'megatron' ? (self.nodes * self.gpusPerNode) / (self.parallelism.tensor * "
+            "self.parallelism.pipeline * self.parallelism.context) : 1, "
+            "self.trajectoriesPerStep])",
+            field_path=".algorithm.miniBatches",
+            check=lambda t: t.algorithm.mini_batches * _data_parallel(t) <= t.trajectories_per_step,
+            message=lambda t: (
+                f"algorithm.miniBatches ({t.algorithm.mini_batches}) × data-parallel ranks "
+                f"({_data_parallel(t)}) must not exceed trajectoriesPerStep "
+                f"({t.trajectories_per_step}): every mini-batch gives each data-parallel rank at "
+                "least one trajectory"
+            ),
+        ),
         Rule(
             cel="self.backend == 'torch' || self.gpusPerNode >= 1",
             message_expression="'gpusPerNode must be at least 1 for the megatron backend "

@@ -1,9 +1,14 @@
 """``agentrl run FILE``: train an AgentRLJob on this machine, with a live progress display.
 
 The job itself runs in :func:`agentrl.local.runner.run_local`. With Ray installed (the ``ray``
-extra) it runs inside a Ray actor on a local Ray started with an explicit CPU count and no
-dashboard — the same placement the trainer pod's driver gets on a cluster — and this process
-only draws the display from the run's step log. ``--no-ray`` runs it in this process.
+extra) it runs on a local Ray started with an explicit CPU count and no dashboard, placed by the
+code that places the trainer pods' processes (:mod:`agentrl.trainer.placement`): the job's
+trainer placement group (one CPU bundle per rank, one for the driver) must be ready within
+``--placement-timeout``, and the job runs as the driver actor in the driver's bundle; this
+process only draws the display from the run's step log. ``run_local`` steps the torch backend
+in the driver's process (a thread), so rank 0's bundle holds the CPU that thread uses; the
+rollout tier runs in the driver's process too, so no rollout group is made. ``--no-ray`` runs
+the job in this process.
 
 Ctrl-C stops cleanly: running episodes are cancelled, sandboxes closed, engines stopped, and
 the last finished step is checkpointed; ``--resume`` continues from it.
@@ -97,23 +102,57 @@ def _run_here(manifest: str, options_json: str, quiet: bool, console: Console) -
 
 
 def _run_in_ray(
-    manifest: str, options_json: str, quiet: bool, console: Console, num_cpus: int
+    manifest: str,
+    options_json: str,
+    quiet: bool,
+    console: Console,
+    num_cpus: int,
+    placement_timeout: float,
 ) -> dict[str, Any]:
     import ray
 
+    from agentrl.api.validation import load_job
     from agentrl.local.runner import RunOptions
+    from agentrl.trainer import placement
 
     options = RunOptions.model_validate_json(options_json)
+    plan = placement.plan_placement(load_job(manifest))
     ray.init(
         num_cpus=num_cpus,
+        resources=placement.local_resources(plan),
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
         namespace="agentrl-local",
     )
     try:
-        job_actor = ray.remote(num_cpus=1)(_JobActor).remote()
-        ref = job_actor.run.remote(manifest, options_json)
+        try:
+            placed = placement.place(plan, timeout_s=placement_timeout, rollout=False)
+        except placement.PlacementError as exc:
+            raise click.ClickException(str(exc)) from exc
+        try:
+            return _drive_placed(placed, manifest, options_json, quiet, console, options)
+        finally:
+            placed.remove()
+    finally:
+        ray.shutdown()
+
+
+def _drive_placed(
+    placed: Any,
+    manifest: str,
+    options_json: str,
+    quiet: bool,
+    console: Console,
+    options: Any,
+) -> dict[str, Any]:
+    import ray
+
+    from agentrl.trainer import placement
+
+    job_actor = placement.start_driver(placed, _JobActor)
+    ref = job_actor.run.remote(manifest, options_json)
+    try:
         steps_log = options.run_dir / "logs" / "steps.jsonl"
         with Live(console=console, refresh_per_second=1, transient=quiet) as live:
             while True:
@@ -132,12 +171,10 @@ def _run_in_ray(
             return dict(ray.get(ref, timeout=120))
         except Exception:
             raise KeyboardInterrupt from None
-    finally:
-        ray.shutdown()
 
 
 class _JobActor:
-    """The job's driver as a Ray actor (one CPU)."""
+    """The job's driver as a Ray actor (in the driver's bundle of the trainer group)."""
 
     def run(self, manifest: str, options_json: str) -> dict[str, Any]:
         return _run_here(manifest, options_json, True, Console(stderr=True))
@@ -191,6 +228,13 @@ class _JobActor:
     default=None,
     help="CPUs given to the local Ray (default: this machine's).",
 )
+@click.option(
+    "--placement-timeout",
+    type=click.FloatRange(min=1.0),
+    default=120.0,
+    show_default=True,
+    help="Seconds the local Ray may take to reserve the job's placement group.",
+)
 def run(
     file: Path,
     report_dir: Path | None,
@@ -204,6 +248,7 @@ def run(
     quiet: bool,
     use_ray: bool | None,
     num_cpus: int | None,
+    placement_timeout: float,
 ) -> None:
     """Run an AgentRLJob manifest on this machine: local sandboxes, the CPU engine and the
     torch trainer, with held-out pass@1 measured before and after."""
@@ -241,7 +286,12 @@ def run(
     try:
         if use_ray:
             out = _run_in_ray(
-                manifest, options.model_dump_json(), quiet, console, num_cpus or os.cpu_count() or 2
+                manifest,
+                options.model_dump_json(),
+                quiet,
+                console,
+                num_cpus or os.cpu_count() or 2,
+                placement_timeout,
             )
         else:
             out = _run_here(manifest, options.model_dump_json(), quiet, console)

@@ -15,6 +15,10 @@ Limits, on purpose for now: :func:`run_on_actors` returns when every worker has 
 tasks (no streaming of trajectories to the trainer as they finish), and a worker that dies loses
 its unfinished episodes (its sandbox pods are reaped by the next incarnation's first create).
 
+Placement: the actors go where the caller's scheduling strategies put them — the bundles of
+the job's rollout placement group when started by :func:`agentrl.trainer.placement.
+start_rollout_workers` (the same code places the trainer ranks and the driver).
+
 ``ray`` is the ``ray`` extra and is imported only here, inside the functions that need it.
 Callers: the trainer's driver, tests.
 """
@@ -74,13 +78,20 @@ class RolloutWorker:
         self.config = RolloutWorkerConfig.model_validate(config)
         self.index = index
 
+    def where(self) -> dict[str, Any]:
+        """Where this actor runs (placement group, bundle, node, process)."""
+        from agentrl.trainer.placement import current_placement
+
+        return current_placement().model_dump()
+
     async def run(self, tasks: list[dict[str, Any]]) -> dict[str, Any]:
         """Run ``tasks`` (groups of ``rollout.groupSize`` episodes each) to the end."""
         from agentrl.api import AgentRLJob
         from agentrl.rollout.concurrency_source import RuntimeFileSource
-        from agentrl.rollout.runtime import open_rollout
+        from agentrl.rollout.runtime import configure_worker_process, open_rollout
         from agentrl.sandbox import open_provider
 
+        configure_worker_process()  # this actor's process only runs episodes
         config = self.config
         job = AgentRLJob.model_validate(config.job)
         provider = open_provider(
@@ -141,23 +152,44 @@ def split_tasks(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
     return [list(tasks[index::workers]) for index in range(workers)]
 
 
-def start_workers(config: RolloutWorkerConfig, *, cpus_per_worker: float = 1.0) -> list[Any]:
+def start_workers(
+    config: RolloutWorkerConfig,
+    *,
+    cpus_per_worker: float = 1.0,
+    strategies: Sequence[Any] | None = None,
+) -> list[Any]:
     """One actor per worker, each reserving ``cpus_per_worker`` so Ray spreads them over cores
-    (and over the rollout worker pods of a cluster)."""
+    (and over the rollout worker pods of a cluster).
+
+    ``strategies``: one Ray scheduling strategy per worker — the bundles of the job's rollout
+    placement group (:func:`agentrl.trainer.placement.start_rollout_workers`); None lets Ray
+    choose."""
     import ray
 
+    if strategies is not None and len(strategies) != config.workers:
+        raise ValueError(f"{len(strategies)} scheduling strategies for {config.workers} workers")
     actor = ray.remote(num_cpus=cpus_per_worker)(RolloutWorker)
     payload = config.model_dump(mode="json")
-    return [actor.remote(payload, index) for index in range(config.workers)]
+    return [
+        (
+            actor if strategies is None else actor.options(scheduling_strategy=strategies[index])
+        ).remote(payload, index)
+        for index in range(config.workers)
+    ]
 
 
 async def run_on_actors(
-    config: RolloutWorkerConfig, tasks: Sequence[Task], *, cpus_per_worker: float = 1.0
+    config: RolloutWorkerConfig,
+    tasks: Sequence[Task],
+    *,
+    cpus_per_worker: float = 1.0,
+    strategies: Sequence[Any] | None = None,
 ) -> list[WorkerResult]:
-    """Run ``tasks`` over ``config.workers`` actors; one result per worker, in worker order."""
+    """Run ``tasks`` over ``config.workers`` actors (placed by ``strategies``, as in
+    :func:`start_workers`); one result per worker, in worker order."""
     import ray
 
-    actors = start_workers(config, cpus_per_worker=cpus_per_worker)
+    actors = start_workers(config, cpus_per_worker=cpus_per_worker, strategies=strategies)
     try:
         shares = split_tasks(tasks, config.workers)
         refs = [

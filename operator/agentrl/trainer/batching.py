@@ -113,3 +113,24 @@ def select_step(
         zero_variance=zero_variance + zero_variance_dropped,
         samples=samples,
     )
+
+
+def minibatch_bounds(n: int, count: int) -> list[tuple[int, int]]:
+    """``[a, b)`` of each of ``count`` mini-batches of a step of ``n`` trajectories
+    (``algorithm.miniBatches``): in order, whole trajectories, sizes differing by at most one
+    (the first ``n mod count`` get the extra one).
+
+    Raises:
+        ValueError: ``count`` is below 1 or above ``n`` (the spec's rule keeps ``miniBatches``
+            at most ``trajectoriesPerStep``, and a step holds at least that many).
+    """
+    if not 1 <= count <= n:
+        raise ValueError(f"cannot split {n} trajectories into {count} mini-batches")
+    size, extra = divmod(n, count)
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for i in range(count):
+        stop = start + size + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds

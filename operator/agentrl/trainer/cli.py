@@ -5,14 +5,22 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
 1. Reads the resolved manifest (``$AGENTRL_CONFIG``, the ConfigMap mount) and ``runtime.yaml``
    beside it (engine URLs, rendezvous), and the environment the operator sets
    (:class:`TrainerEnv`: ``NODE_RANK``, ``NNODES``, ``GPUS_PER_NODE``, ``MASTER_ADDR/PORT``...).
-2. Starts one rank per GPU (``GPUS_PER_NODE`` processes; rank = ``NODE_RANK × GPUS_PER_NODE +
-   local rank``) and opens ``torch.distributed`` (nccl/RCCL on GPUs, gloo otherwise).
-3. Builds the backend of ``spec.trainer.backend`` on every rank. Rank 0 runs the driver
-   (:class:`agentrl.trainer.loop.TrainingDriver`) with the rollout tier over the engine URLs,
-   the weight sync of ``spec.trainer.weightSync.mode`` and checkpoints on the checkpoint
-   volume; the other ranks follow it (:meth:`MegatronBackend.follow`).
-4. After every step, rank 0 writes :class:`~agentrl.reconcile.observed.TrainerProgress` on its
-   own pod as the ``agentrl.dev/progress`` annotation (:mod:`agentrl.trainer.progress`), and
+2. With Ray (the default where it is installed): pod 0 starts the Ray head (the rollout worker
+   pods join it too), the other pods join it as Ray nodes offering their GPUs and CPU request,
+   and pod 0 places the job (:mod:`agentrl.trainer.placement`): one placement group with a
+   bundle per rank and one for the driver, ready within ``--placement-timeout``. Every rank is
+   a :class:`~agentrl.trainer.ranks.TrainerRank` actor in its bundle; they open
+   ``torch.distributed`` (nccl/RCCL on GPUs, gloo otherwise) at rank 0's node.
+   ``--no-ray``: each pod starts one rank process per GPU itself (rank = ``NODE_RANK ×
+   GPUS_PER_NODE + local rank``), rank 0 at ``MASTER_ADDR``.
+3. Builds the backend of ``spec.trainer.backend`` on every rank. The driver
+   (:class:`agentrl.trainer.loop.TrainingDriver`) runs the rollout tier over the engine URLs
+   and checkpoints on the checkpoint volume, stepping rank 0 — under Ray from its own actor,
+   through :class:`~agentrl.trainer.ranks.RemoteBackend`, with the weight sync of
+   ``spec.trainer.weightSync.mode`` in rank 0; without Ray in rank 0's process. The other ranks
+   follow rank 0 (:meth:`MegatronBackend.follow`).
+4. After every step, the driver writes :class:`~agentrl.reconcile.observed.TrainerProgress` on
+   pod 0 as the ``agentrl.dev/progress`` annotation (:mod:`agentrl.trainer.progress`), and
    every weight push records ``current-weights.json`` on the checkpoint volume for the engines'
    watchdogs (:mod:`agentrl.engine.weight_pointer`).
 
@@ -20,18 +28,22 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
 weight sync, checkpoint store, task order) without starting ranks, contacting engines or
 training, then prints what it built as JSON.
 
-Limits: the rollout tier runs inside rank 0's process (one asyncio loop); the rollout worker
-pods' Ray actors do not stream trajectories to the driver yet (:mod:`agentrl.rollout.ray_workers`).
+Limits: the rollout tier runs inside the driver's process (one asyncio loop); the rollout worker
+pods' Ray actors do not stream trajectories to the driver yet (:mod:`agentrl.rollout.ray_workers`),
+so no rollout placement group is made here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrl.api import AgentRLJob
 from agentrl.api.trainer import TrainerBackend, WeightSyncMode
 from agentrl.reconcile.configmap import RuntimeConfig
-from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY
+from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
 from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH, SPEC_FILE, model_path
 
 log = logging.getLogger("agentrl.trainer")
@@ -53,6 +65,11 @@ WEIGHT_GROUP_PORT_OFFSET = 1
 #: Checkpoints go here under the checkpoint volume; exported weights and
 #: ``current-weights.json`` sit at its root, where the watchdog looks.
 CHECKPOINT_SUBDIR = "trainer"
+#: Default of ``--placement-timeout``: the trainer pods pull the same large ROCm image and start
+#: in the same window as the engines, whose ``startupTimeoutSeconds`` defaults to this too.
+DEFAULT_PLACEMENT_TIMEOUT_S = 1800.0
+#: Seconds between a joined pod's checks that the Ray head is still there.
+HEAD_POLL_SECONDS = 5.0
 
 
 class TrainerEnv(BaseModel):
@@ -266,7 +283,10 @@ async def drive(config: TrainerConfig, backend: Any, *, dry_run: bool = False) -
     urls = config.runtime.engines.urls
     pool = connection_pool_size(spec)
     clients = [EngineClient(u, max_connections=pool) for u in urls]
-    weight_sync = build_weight_sync(config, backend, clients, state.step)
+    if hasattr(backend, "open_weight_sync"):  # rank 0 is an actor: the sync lives there
+        weight_sync = await asyncio.to_thread(backend.open_weight_sync, state.step)
+    else:
+        weight_sync = build_weight_sync(config, backend, clients, state.step)
     stream = TaskStream(
         TaskOrder(train, spec.dataset.seed),
         cursor=state.task_cursor,
@@ -396,6 +416,217 @@ def run_rank(config: TrainerConfig) -> None:
         torch.distributed.destroy_process_group()
 
 
+# -- under Ray -------------------------------------------------------------------------------
+
+
+class TrainerDriver:
+    """The driver as a Ray actor in its own bundle: :func:`drive` over rank 0's actor."""
+
+    def where(self) -> dict[str, Any]:
+        """Where the driver runs (:func:`agentrl.trainer.placement.current_placement`)."""
+        from agentrl.trainer.placement import current_placement
+
+        return current_placement().model_dump()
+
+    def run(self, config: dict[str, Any], rank0: Any) -> dict[str, Any]:
+        from agentrl.trainer.ranks import RemoteBackend
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        parsed = TrainerConfig.model_validate(config)
+        built = asyncio.run(drive(parsed, RemoteBackend(rank0)))
+        return built.model_dump(mode="json")
+
+
+def run_placed(config: TrainerConfig, placed: Any) -> Built:
+    """Start the rank actors and the driver in ``placed``'s bundles and train to the end.
+
+    Fails as soon as any rank or the driver fails (a rank that dies mid-collective would
+    otherwise leave the others waiting)."""
+    import ray
+
+    from agentrl.trainer import placement
+    from agentrl.trainer.ranks import TrainerRank
+
+    payload = config.model_dump(mode="json", by_alias=True)
+    ranks = placement.start_trainer_ranks(placed, TrainerRank)
+    address, port = ray.get(ranks[0].rendezvous.remote())
+    ray.get([r.setup.remote(payload, address, port) for r in ranks])
+    follows = [r.follow.remote() for r in ranks[1:]]
+    driver = placement.start_driver(placed, TrainerDriver)
+    run = driver.run.remote(payload, ranks[0])
+    pending = [run, *follows]
+    while True:
+        done, pending = ray.wait(pending, num_returns=1)
+        if done[0] == run:
+            built = Built.model_validate(ray.get(run))
+            break
+        ray.get(done[0])  # raises the rank's error
+        rank = 1 + follows.index(done[0])
+        raise RuntimeError(f"trainer rank {rank} stopped following before the driver finished")
+    ray.get(ranks[0].stop_followers.remote())
+    ray.get(follows)
+    ray.get([r.close.remote() for r in ranks])
+    return built
+
+
+def start_ray_node(
+    offer: Any, *, port: int, head: str | None = None, temp_dir: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``ray start --block`` offering ``offer`` (CPUs, GPUs): the head listening on ``port``
+    when ``head`` is None, else a node joining the head at ``head:port``. It runs in its own
+    process group, so :func:`stop_ray_node` stops exactly the Ray processes started here.
+
+    ``temp_dir``: Ray's session directory (default ``/tmp/ray``, where the head also records
+    itself as the machine's default cluster for ``ray.init()``; a pod has its own ``/tmp``)."""
+    where = (
+        [f"--address={head}:{port}"]
+        if head
+        else ["--head", f"--port={port}", "--include-dashboard=false"]
+    )
+    custom = {k: v for k, v in offer.resources().items() if k not in ("CPU", "GPU")}
+    return subprocess.Popen(
+        [
+            "ray",
+            "start",
+            "--block",
+            *where,
+            f"--num-cpus={int(offer.cpu)}",
+            f"--num-gpus={offer.gpu}",
+            f"--resources={json.dumps(custom)}",
+            "--disable-usage-stats",
+            *([f"--temp-dir={temp_dir}"] if temp_dir else []),
+        ],
+        start_new_session=True,
+    )
+
+
+def stop_ray_node(node: subprocess.Popen[bytes], *, grace_seconds: float = 30.0) -> None:
+    """Stop a node of :func:`start_ray_node` and every process it started (its group)."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        node.wait(timeout=grace_seconds)
+    # The raylet, the GCS and the workers share the group and may outlive ``ray start``.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, signal.SIGKILL)
+    node.wait()
+
+
+def agree_on_ray_auth(environ: dict[str, str] | None = None) -> str | None:
+    """Make the Ray head, the nodes that join it and the driver agree on authentication, before
+    any of them starts: token mode whenever this pod has a token — ``RAY_AUTH_TOKEN`` or
+    ``RAY_AUTH_TOKEN_PATH`` (on a cluster: one Secret shared by the trainer and rollout pods),
+    or Ray's default token file — and Ray's default (none) otherwise. Left alone when
+    ``RAY_AUTH_MODE`` is set. Returns the mode now in effect (None: Ray's default).
+
+    Without this, a head started where a token file exists turns token mode on while a client
+    that was given no mode connects without the token and is refused."""
+    env = os.environ if environ is None else environ
+    if "RAY_AUTH_MODE" not in env and (
+        env.get("RAY_AUTH_TOKEN")
+        or env.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    ):
+        env["RAY_AUTH_MODE"] = "token"
+        if environ is None and "ray" in sys.modules:
+            # Ray reads the mode once per process: refresh it the way Ray does when it turns
+            # token mode on for a local cluster.
+            from ray._raylet import Config
+
+            Config.initialize("")
+    return env.get("RAY_AUTH_MODE")
+
+
+def reachable(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=HEAD_POLL_SECONDS):
+            return True
+    except OSError:
+        return False
+
+
+def wait_reachable(host: str, port: int, *, timeout_s: float) -> bool:
+    """Poll :func:`reachable` for up to ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not reachable(host, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(min(HEAD_POLL_SECONDS, 0.5))
+    return True
+
+
+def join_ray(
+    config: TrainerConfig,
+    *,
+    timeout_s: float,
+    port: int = RAY_HEAD_PORT,
+    temp_dir: str | None = None,
+) -> int:
+    """Pods other than 0: be a Ray node of the head on pod 0 (``MASTER_ADDR``), offering this
+    pod's GPUs and CPU request, until the head goes away — the job is over: exit 0 (pod 0's exit
+    status is the job's) — or this node's Ray fails while the head is still there."""
+    from agentrl.trainer.placement import trainer_node_resources
+
+    agree_on_ray_auth()
+    host = config.env.master_addr
+    if not wait_reachable(host, port, timeout_s=timeout_s):
+        log.error("the Ray head %s:%d did not come up within %gs", host, port, timeout_s)
+        return 1
+    node = start_ray_node(
+        trainer_node_resources(config.job.spec), port=port, head=host, temp_dir=temp_dir
+    )
+    try:
+        while node.poll() is None:
+            time.sleep(HEAD_POLL_SECONDS)
+            if not reachable(host, port):
+                return 0
+        return 0 if not reachable(host, port) else int(node.returncode)
+    finally:
+        stop_ray_node(node)
+
+
+def run_with_ray(
+    config: TrainerConfig,
+    *,
+    timeout_s: float,
+    port: int = RAY_HEAD_PORT,
+    temp_dir: str | None = None,
+) -> int:
+    """The trainer under Ray: pod 0 starts the head and places the job (the driver and every
+    rank in their bundles), the other pods join (:func:`join_ray`). ``timeout_s`` bounds the
+    head's start and the placement group's readiness (every trainer pod joined)."""
+    from agentrl.trainer import placement
+
+    if config.env.node_rank > 0:
+        return join_ray(config, timeout_s=timeout_s, port=port, temp_dir=temp_dir)
+    agree_on_ray_auth()
+    import ray
+
+    head = start_ray_node(
+        placement.trainer_node_resources(config.job.spec), port=port, temp_dir=temp_dir
+    )
+    try:
+        if not wait_reachable("127.0.0.1", port, timeout_s=timeout_s):
+            log.error("the Ray head did not come up within %gs", timeout_s)
+            return 1
+        ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
+        placed = placement.place(
+            placement.plan_placement(config.job), timeout_s=timeout_s, rollout=False
+        )
+        try:
+            built = run_placed(config, placed)
+        finally:
+            placed.remove()
+        log.info("the driver of %s finished", built.job)
+        return 0
+    finally:
+        ray.shutdown()
+        stop_ray_node(head)
+
+
 @click.command("trainer")
 @click.option(
     "--config",
@@ -404,7 +635,23 @@ def run_rank(config: TrainerConfig) -> None:
     help="Resolved manifest (default: $AGENTRL_CONFIG, else the ConfigMap mount).",
 )
 @click.option("--dry-run", is_flag=True, help="Build everything, print it as JSON, and exit.")
-def trainer(config_path: Path | None, dry_run: bool) -> None:
+@click.option(
+    "--ray/--no-ray",
+    "use_ray",
+    default=None,
+    help="Place the driver and the ranks with Ray (default: when ray is installed); --no-ray "
+    "starts one rank process per GPU of this pod.",
+)
+@click.option(
+    "--placement-timeout",
+    type=click.FloatRange(min=1.0),
+    default=DEFAULT_PLACEMENT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds for the trainer pods to join Ray and the placement group to be ready.",
+)
+def trainer(
+    config_path: Path | None, dry_run: bool, use_ray: bool | None, placement_timeout: float
+) -> None:
     """Run the GRPO trainer of the job (the trainer pod's entry point)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     env = TrainerEnv.from_environ()
@@ -415,6 +662,15 @@ def trainer(config_path: Path | None, dry_run: bool) -> None:
         built = asyncio.run(drive(config, dry_run_backend(config), dry_run=True))
         click.echo(json.dumps(built.model_dump(), indent=2))
         return
+    if use_ray is None:
+        try:
+            import ray  # noqa: F401
+
+            use_ray = True
+        except ImportError:
+            use_ray = False
+    if use_ray and env.local_rank is None:
+        sys.exit(run_with_ray(config, timeout_s=placement_timeout))
     if env.local_rank is None and env.ranks_per_node > 1:
         sys.exit(_spawn_local_ranks(env))
     run_rank(config)

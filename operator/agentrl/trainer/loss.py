@@ -14,21 +14,29 @@ trajectory it belongs to. Three logprobs per token:
 The PPO ratio is ``exp(logp − logp_old)``; the mismatch weight is ``exp(logp_old − logp_engine)``
 (stale weights, kernels that differ between engine and trainer). TIS multiplies each token's
 loss by that weight clamped into ``[low, high]``; ICEPOP drops tokens whose weight falls outside.
+
+With ``algorithm.miniBatches`` / ``epochs`` above 1 a step makes several optimizer updates
+against the same ``logp_old``: the first update's ratio is exactly 1, later ones are off-policy
+and may be clipped. :func:`combine_updates` turns the updates' statistics into the step's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from pydantic import BaseModel
 
-from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation
+from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, OffPolicyCorrection
 
 
 class LossStats(BaseModel):
     """What one loss evaluation reports (logged per step)."""
 
     clip_fraction: float
-    """Share of loss tokens whose PPO ratio was clipped."""
+    """Share of loss tokens whose clipped term won the PPO minimum (they get no gradient from
+    the surrogate): ratio above 1 + clipHigh with a positive advantage, or below 1 − clipLow
+    with a negative one."""
     mismatch_abs_mean: float
     """Mean |logp_old − logp_engine| over loss tokens (trainer vs engine)."""
     ess: float
@@ -39,6 +47,63 @@ class LossStats(BaseModel):
     """Mean low-variance KL to the reference policy (0 when not computed)."""
     tokens: int
     """Tokens that carry loss."""
+    ratio_min: float = 1.0
+    """Smallest PPO ratio over loss tokens (1 when there are none)."""
+    ratio_max: float = 1.0
+    """Largest PPO ratio over loss tokens (1 when there are none)."""
+
+
+class MismatchStats(BaseModel):
+    """Train/inference mismatch over a set of tokens: depends on ``logp_old`` and the engine's
+    logprobs only, so it is the same for every update of a step."""
+
+    mismatch_abs_mean: float
+    ess: float
+    correction_fraction: float
+    tokens: int
+    """Tokens of the mask."""
+
+
+def mismatch_statistics(
+    *,
+    logp_old: torch.Tensor,
+    logp_engine: torch.Tensor,
+    mask: torch.Tensor,
+    correction: OffPolicyCorrection,
+) -> MismatchStats:
+    """Mean |logp_old − logp_engine|, the normalised ESS of the importance weights and the share
+    of tokens TIS clamps or ICEPOP drops, over the tokens of ``mask``."""
+    mask = mask.to(logp_old.dtype)
+    n = float(mask.sum().clamp_min(1.0))
+    weights = torch.exp(logp_old - logp_engine).detach()
+    outside = ((weights < correction.low) | (weights > correction.high)).to(logp_old.dtype)
+    w_masked = weights * mask
+    ess = float(w_masked.sum() ** 2 / (n * (w_masked**2).sum().clamp_min(1e-30)))
+    return MismatchStats(
+        mismatch_abs_mean=float(((logp_old - logp_engine).abs() * mask).sum()) / n,
+        ess=min(ess, 1.0),
+        correction_fraction=float((outside * mask).sum()) / n
+        if correction.mode != CorrectionMode.NONE
+        else 0.0,
+        tokens=int(mask.sum()),
+    )
+
+
+def combine_updates(updates: Sequence[LossStats], mismatch: MismatchStats) -> LossStats:
+    """A step's statistics from its updates' (one per mini-batch and epoch): clip fraction and
+    KL weighted by each update's loss tokens, the ratio's extremes over all updates, and the
+    mismatch of the whole step (its tokens counted once, not once per epoch)."""
+    tokens = sum(u.tokens for u in updates)
+    return LossStats(
+        clip_fraction=sum(u.clip_fraction * u.tokens for u in updates) / max(tokens, 1),
+        mismatch_abs_mean=mismatch.mismatch_abs_mean,
+        ess=mismatch.ess,
+        correction_fraction=mismatch.correction_fraction,
+        kl=sum(u.kl * u.tokens for u in updates) / max(tokens, 1),
+        tokens=mismatch.tokens,
+        ratio_min=min((u.ratio_min for u in updates), default=1.0),
+        ratio_max=max((u.ratio_max for u in updates), default=1.0),
+    )
 
 
 def aggregate(
@@ -118,16 +183,18 @@ def grpo_loss(
 
     # Statistics over the tokens that were meant to carry loss (before ICEPOP removed any).
     n = float(loss_mask.sum().clamp_min(1.0))
-    w_masked = weights * loss_mask
-    ess = float(w_masked.sum() ** 2 / (n * (w_masked**2).sum().clamp_min(1e-30)))
+    mismatch = mismatch_statistics(
+        logp_old=logp_old, logp_engine=logp_engine, mask=loss_mask, correction=correction
+    )
+    ratios = ratio.detach()[loss_mask > 0]
     stats = LossStats(
         clip_fraction=float((was_clipped * loss_mask).sum()) / n,
-        mismatch_abs_mean=float(((logp_old - logp_engine).abs() * loss_mask).sum()) / n,
-        ess=min(ess, 1.0),
-        correction_fraction=float((outside * loss_mask).sum()) / n
-        if correction.mode != CorrectionMode.NONE
-        else 0.0,
+        mismatch_abs_mean=mismatch.mismatch_abs_mean,
+        ess=mismatch.ess,
+        correction_fraction=mismatch.correction_fraction,
         kl=float(kl_value.detach()),
-        tokens=int(loss_mask.sum()),
+        tokens=mismatch.tokens,
+        ratio_min=float(ratios.min()) if ratios.numel() else 1.0,
+        ratio_max=float(ratios.max()) if ratios.numel() else 1.0,
     )
     return loss, stats

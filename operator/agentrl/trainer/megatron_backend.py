@@ -19,7 +19,12 @@ What it is made of:
   megatron's vocab-parallel cross entropy (:func:`token_logprobs`), one micro-batch per
   trajectory through ``get_forward_backward_func`` (pipeline schedules included). Each
   micro-batch's loss is weighted so the sum over micro-batches and data-parallel ranks is the
-  step's loss under ``algorithm.lossAggregation`` (:func:`microbatch_weights`).
+  mini-batch's loss under ``algorithm.lossAggregation`` (:func:`microbatch_weights`).
+* **Mini-batches** — a step is ``algorithm.miniBatches`` optimizer updates per pass, for
+  ``algorithm.epochs`` passes (:func:`~agentrl.trainer.batching.minibatch_bounds`: whole
+  trajectories, in order), each mini-batch dealt round-robin over the data-parallel ranks
+  (:func:`shard_minibatches`). The old logprobs are recomputed once, before the first update,
+  so later updates are off-policy and the clip fraction means something.
 * **Checkpoints** — ``torch_dist`` through ``megatron.core.dist_checkpointing`` (model, optimizer
   and the step counter in one directory; reshardable across TP/PP/DP).
 
@@ -55,13 +60,13 @@ from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
 from agentrl.trainer import megatron_weights
-from agentrl.trainer.batching import TrainSample
+from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.hf_config import (
     HFModelConfig,
     optimizer_config_kwargs,
     transformer_config_kwargs,
 )
-from agentrl.trainer.loss import LossStats, grpo_loss
+from agentrl.trainer.loss import LossStats, combine_updates, grpo_loss, mismatch_statistics
 from agentrl.trainer.torch_backend import StepStats
 
 #: Key of the step counter in a checkpoint's common (non-sharded) state.
@@ -265,29 +270,37 @@ def step_statistics(
     parts: Sequence[LossStats],
     algorithm: Algorithm,
 ) -> LossStats:
-    """The step's :class:`LossStats` from per-trajectory ones: the mismatch statistics are
-    recomputed over the whole step (ESS is not additive), clip fraction and KL are averaged
-    weighted by loss tokens."""
+    """The step's :class:`LossStats` from per-trajectory ones (of every update): the mismatch
+    statistics are recomputed over the whole step (ESS is not additive), clip fraction and KL
+    are averaged weighted by loss tokens."""
     mask = torch.cat(
         [torch.full((len(s.positions),), float(s.carries_loss)) for s in seqs]
     ).double()
     old = torch.cat([o.double() for o in logp_old])
     engine = torch.cat([torch.tensor(s.engine_logprobs, dtype=torch.float64) for s in seqs])
-    n = float(mask.sum().clamp_min(1.0))
-    w = torch.exp(old - engine) * mask
-    correction = algorithm.off_policy_correction
-    outside = ((w < correction.low) | (w > correction.high)).double() * mask
-    tokens = sum(p.tokens for p in parts)
-    return LossStats(
-        clip_fraction=sum(p.clip_fraction * p.tokens for p in parts) / max(tokens, 1),
-        mismatch_abs_mean=float(((old - engine).abs() * mask).sum()) / n,
-        ess=min(float(w.sum() ** 2 / (n * (w**2).sum().clamp_min(1e-30))), 1.0),
-        correction_fraction=float(outside.sum()) / n
-        if correction.mode != CorrectionMode.NONE
-        else 0.0,
-        kl=sum(p.kl * p.tokens for p in parts) / max(tokens, 1),
-        tokens=int(mask.sum()),
+    mismatch = mismatch_statistics(
+        logp_old=old, logp_engine=engine, mask=mask, correction=algorithm.off_policy_correction
     )
+    return combine_updates(parts, mismatch)
+
+
+def shard_minibatches(n: int, *, mini_batches: int, dp_rank: int, dp_size: int) -> list[list[int]]:
+    """The step positions each mini-batch gives this data-parallel rank: mini-batch by
+    mini-batch (:func:`~agentrl.trainer.batching.minibatch_bounds`), round-robin over ranks.
+
+    Raises:
+        ValueError: a mini-batch has fewer trajectories than there are data-parallel ranks (a
+            rank without a micro-batch would not join the gradient reduction).
+    """
+    shards: list[list[int]] = []
+    for a, b in minibatch_bounds(n, mini_batches):
+        if b - a < dp_size:
+            raise ValueError(
+                f"a mini-batch of {b - a} trajectories cannot feed {dp_size} data-parallel ranks: "
+                "lower algorithm.miniBatches or raise trainer.trajectoriesPerStep"
+            )
+        shards.append(list(range(a, b))[dp_rank::dp_size])
+    return shards
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -612,12 +625,6 @@ class MegatronBackend:
             )
         return self.device
 
-    def _my_sequences(self, samples: Sequence[TrainSample]) -> list[_Sequence]:
-        dp = self.ps.get_data_parallel_world_size()
-        if len(samples) < dp:
-            raise ValueError(f"{len(samples)} trajectories cannot feed {dp} data-parallel ranks")
-        return sequences(samples)[self.ps.get_data_parallel_rank() :: dp]
-
     def _run(
         self, model: Any, seqs: Sequence[_Sequence], *, forward_only: bool, loss_fn: Any
     ) -> None:
@@ -668,36 +675,99 @@ class MegatronBackend:
         return out
 
     def _step(self, samples: Sequence[TrainSample]) -> StepStats:
-        device = self._require_device()
-        seqs = self._my_sequences(samples)
+        self._require_device()
         algorithm = self.spec.algorithm
         last_stage = self.ps.is_pipeline_last_stage()
         dp = self.ps.get_data_parallel_world_size()
+        all_seqs = sequences(samples)
+        shards = [
+            [all_seqs[i] for i in shard]
+            for shard in shard_minibatches(
+                len(all_seqs),
+                mini_batches=algorithm.mini_batches,
+                dp_rank=self.ps.get_data_parallel_rank(),
+                dp_size=dp,
+            )
+        ]
+        seqs = [s for shard in shards for s in shard]
 
+        # The old (and reference) logprobs of every trajectory of this rank, once, with the
+        # weights at the start of the step: every update is measured against them.
         t0 = time.monotonic()
         self.ddp.eval()
         logp_old = self._logprobs(self.ddp, seqs)
         logp_ref = self._logprobs(self.reference, seqs) if self.reference is not None else None
         t1 = time.monotonic()
+        old_by_index = {s.index: o for s, o in zip(seqs, logp_old, strict=True)}
+        ref_by_index = {s.index: r for s, r in zip(seqs, logp_ref, strict=True)} if logp_ref else {}
 
-        # Weights need the step's totals over data-parallel ranks: gather every rank's old
-        # logprobs on the last stage (small: one float per generated token).
+        # Weights need each mini-batch's totals over data-parallel ranks: gather every rank's
+        # old logprobs on the last stage (small: one float per generated token).
+        olds: list[torch.Tensor] = []
         weights: dict[int, float] = {}
         if last_stage:
-            local = [(s.index, lp.cpu()) for s, lp in zip(seqs, logp_old, strict=True)]
             gathered: list[Any] = [None] * dp
             torch.distributed.all_gather_object(
-                gathered, local, group=self.ps.get_data_parallel_group()
+                gathered,
+                [(s.index, lp.cpu()) for s, lp in zip(seqs, logp_old, strict=True)],
+                group=self.ps.get_data_parallel_group(),
             )
-            everything = sorted((item for part in gathered for item in part), key=lambda x: x[0])
-            all_seqs = sequences(samples)
-            w = microbatch_weights(all_seqs, [lp for _, lp in everything], algorithm)
-            weights = {s.index: w[s.index] for s in seqs}
+            olds = [lp for _, lp in sorted((x for part in gathered for x in part), key=_first)]
+            for a, b in minibatch_bounds(len(all_seqs), algorithm.mini_batches):
+                w = microbatch_weights(all_seqs[a:b], olds[a:b], algorithm)
+                weights.update({a + i: wi for i, wi in enumerate(w)})
 
         parts: list[LossStats] = []
+        losses: list[float] = []  # this rank's share of each update's loss
+        norms: list[float] = []
+        for _ in range(algorithm.epochs):
+            for shard in shards:
+                loss, norm = self._update(shard, old_by_index, ref_by_index, weights, parts)
+                losses.append(loss)
+                norms.append(norm)
+        self.iteration += 1
+        t2 = time.monotonic()
+
+        payload: Any = None
+        if last_stage:
+            totals: list[Any] = [None] * dp
+            torch.distributed.all_gather_object(
+                totals, (losses, parts), group=self.ps.get_data_parallel_group()
+            )
+            per_update = [sum(t[0][u] for t in totals) for u in range(len(losses))]
+            stats = step_statistics(all_seqs, olds, [p for t in totals for p in t[1]], algorithm)
+            payload = (sum(per_update) / len(per_update), stats)
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [payload]
+            torch.distributed.broadcast_object_list(
+                box,
+                src=self.ps.get_pipeline_model_parallel_last_rank(),
+                group=self.ps.get_pipeline_model_parallel_group(),
+            )
+            payload = box[0]
+        loss_value, stats = payload
+        return StepStats(
+            loss=float(loss_value),
+            grad_norm=sum(norms) / len(norms),
+            loss_stats=stats,
+            recompute_seconds=t1 - t0,
+            update_seconds=t2 - t1,
+        )
+
+    def _update(
+        self,
+        shard: Sequence[_Sequence],
+        old_by_index: dict[int, torch.Tensor],
+        ref_by_index: dict[int, torch.Tensor],
+        weights: dict[int, float],
+        parts: list[LossStats],
+    ) -> tuple[float, float]:
+        """One optimizer update on this rank's share of one mini-batch: (this rank's part of
+        the mini-batch's loss, gradient norm)."""
+        device = self._require_device()
+        algorithm = self.spec.algorithm
+        dp = self.ps.get_data_parallel_world_size()
         losses: list[float] = []
-        ref_by_index = {s.index: r for s, r in zip(seqs, logp_ref, strict=True)} if logp_ref else {}
-        old_by_index = {s.index: o for s, o in zip(seqs, logp_old, strict=True)}
 
         def grpo(seq: _Sequence, lp: torch.Tensor) -> torch.Tensor:
             n = len(seq.positions)
@@ -715,50 +785,16 @@ class MegatronBackend:
             parts.append(stats)
             losses.append(float(loss.detach()) * weights[seq.index])
             # Megatron divides each micro-batch's loss by their number and DDP averages the
-            # gradients over data-parallel ranks: undo both so the sum is the step's loss.
-            return loss * weights[seq.index] * len(seqs) * dp
+            # gradients over data-parallel ranks: undo both so the sum is the mini-batch's loss.
+            return loss * weights[seq.index] * len(shard) * dp
 
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
-        self._run(self.ddp, seqs, forward_only=False, loss_fn=grpo)
+        self._run(self.ddp, shard, forward_only=False, loss_fn=grpo)
         _, grad_norm, _ = self.optimizer.step()
-        self.iteration += 1
-        t2 = time.monotonic()
+        return sum(losses), float(grad_norm or 0.0)
 
-        payload: Any = None
-        if last_stage:
-            totals: list[Any] = [None] * dp
-            torch.distributed.all_gather_object(
-                totals,
-                (
-                    sum(losses),
-                    [(s.index, o.cpu()) for s, o in zip(seqs, logp_old, strict=True)],
-                    parts,
-                ),
-                group=self.ps.get_data_parallel_group(),
-            )
-            olds = sorted((x for t in totals for x in t[1]), key=lambda x: x[0])
-            stats = step_statistics(
-                sequences(samples),
-                [o for _, o in olds],
-                [p for t in totals for p in t[2]],
-                algorithm,
-            )
-            payload = (sum(t[0] for t in totals), stats)
-        if self.ps.get_pipeline_model_parallel_world_size() > 1:
-            box = [payload]
-            torch.distributed.broadcast_object_list(
-                box,
-                src=self.ps.get_pipeline_model_parallel_last_rank(),
-                group=self.ps.get_pipeline_model_parallel_group(),
-            )
-            payload = box[0]
-        loss_value, stats = payload
-        return StepStats(
-            loss=float(loss_value),
-            grad_norm=float(grad_norm or 0.0),
-            loss_stats=stats,
-            recompute_seconds=t1 - t0,
-            update_seconds=t2 - t1,
-        )
+
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]

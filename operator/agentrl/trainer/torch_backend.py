@@ -1,8 +1,13 @@
 """``trainer.backend: torch``: GRPO steps of the tiny policy on CPU (``agentrl run``, tests).
 
 One step: recompute the logprobs of every generated token with the weights at the start of the
-step (the PPO "old" policy; timed as *logprob recomputation*), then one AdamW update on the
-clipped, importance-corrected loss of :mod:`agentrl.trainer.loss` (timed as *actor update*).
+step (the PPO "old" policy; timed as *logprob recomputation*), then AdamW updates on the
+clipped, importance-corrected loss of :mod:`agentrl.trainer.loss` (timed as *actor update*):
+one per mini-batch (``algorithm.miniBatches``, whole trajectories in order) and pass
+(``algorithm.epochs``). The first update's policy is the one that recomputed, so its ratio is
+exactly 1; every later one is off-policy with respect to the old logprobs and can be clipped.
+The old logprobs of a mini-batch are recomputed in the same forward batch the update uses, so
+that ratio of exactly 1 is not blurred by a different batching of the same arithmetic.
 The megatron backend (:mod:`agentrl.trainer.megatron_backend`) has the same surface.
 
 Callers: :mod:`agentrl.trainer.loop`.
@@ -13,26 +18,32 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentrl.api.trainer import TrainerSpec
 from agentrl.engine import tiny
-from agentrl.trainer.batching import TrainSample
-from agentrl.trainer.loss import LossStats, grpo_loss
+from agentrl.trainer.batching import TrainSample, minibatch_bounds
+from agentrl.trainer.loss import LossStats, combine_updates, grpo_loss, mismatch_statistics
 
 
 class StepStats(BaseModel):
     """What a backend reports for one step."""
 
     loss: float
+    """Mean of the updates' losses."""
     grad_norm: float
+    """Mean of the updates' gradient norms (before clipping)."""
     loss_stats: LossStats
+    """The step's statistics (:func:`~agentrl.trainer.loss.combine_updates`)."""
     recompute_seconds: float
     update_seconds: float
+    updates: list[LossStats] = Field(default_factory=list)
+    """Each optimizer update's statistics, in order: mini-batch by mini-batch, pass by pass."""
 
 
 def generated_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
@@ -50,8 +61,21 @@ def generated_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
     return spans
 
 
+@dataclass
+class _MiniBatch:
+    """One mini-batch, flat (one entry per generated token), with its old logprobs."""
+
+    items: list[tuple[list[int], list[tuple[int, int]]]]
+    engine_lp: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    seq_index: torch.Tensor
+    logp_old: torch.Tensor
+    logp_ref: torch.Tensor | None
+
+
 class TorchBackend:
-    """AdamW on the tiny policy, one update per step."""
+    """AdamW on the tiny policy: ``miniBatches × epochs`` updates per step."""
 
     def __init__(self, model: tiny.TinyPolicy, spec: TrainerSpec, *, temperature: float) -> None:
         self.model = model
@@ -70,47 +94,56 @@ class TorchBackend:
         )
 
     def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
-        """One GRPO update on ``samples``."""
+        """One GRPO step on ``samples``."""
         with tiny.single_thread():
             return self._step(samples)
 
-    def _step(self, samples: Sequence[TrainSample]) -> StepStats:
-        items = [(s.trajectory.token_ids, generated_spans(s.trajectory.loss_mask)) for s in samples]
+    def _logprobs(self, model: tiny.TinyPolicy, items: list[Any]) -> torch.Tensor:
+        return torch.cat(tiny.batch_logprobs(model, items, temperature=self.temperature))
+
+    def _prepare(self, samples: Sequence[TrainSample]) -> _MiniBatch:
+        items = [
+            (list(s.trajectory.token_ids), generated_spans(s.trajectory.loss_mask)) for s in samples
+        ]
         engine_lp: list[float] = []
         advantages: list[float] = []
         mask: list[float] = []
         seq_index: list[int] = []
-        for i, (s, (_, spans)) in enumerate(zip(samples, items, strict=False)):
+        for i, (s, (_, spans)) in enumerate(zip(samples, items, strict=True)):
             n = sum(b - a for a, b in spans)
             for a, b in spans:
                 engine_lp.extend(s.trajectory.logprobs[a:b])
             advantages.extend([s.advantage] * n)
             mask.extend([1.0 if s.carries_loss else 0.0] * n)
             seq_index.extend([i] * n)
-
-        t0 = time.monotonic()
         with torch.no_grad():
-            logp_old = torch.cat(
-                tiny.batch_logprobs(self.model, items, temperature=self.temperature)
-            )
-            logp_ref = (
-                torch.cat(tiny.batch_logprobs(self.reference, items, temperature=self.temperature))
-                if self.reference is not None
-                else None
-            )
-        t1 = time.monotonic()
+            logp_old = self._logprobs(self.model, items)
+            logp_ref = self._logprobs(self.reference, items) if self.reference is not None else None
+        dtype = logp_old.dtype
+        return _MiniBatch(
+            items=items,
+            engine_lp=torch.tensor(engine_lp, dtype=dtype),
+            advantages=torch.tensor(advantages, dtype=dtype),
+            mask=torch.tensor(mask, dtype=dtype),
+            seq_index=torch.tensor(seq_index, dtype=torch.long),
+            logp_old=logp_old,
+            logp_ref=logp_ref,
+        )
+
+    def _update(self, batch: _MiniBatch) -> tuple[float, float, LossStats]:
+        """One AdamW update on one mini-batch: (loss, gradient norm, statistics)."""
         self.model.train()
-        logp = torch.cat(tiny.batch_logprobs(self.model, items, temperature=self.temperature))
+        logp = self._logprobs(self.model, batch.items)
         loss, stats = grpo_loss(
             logp=logp,
-            logp_old=logp_old,
-            logp_engine=torch.tensor(engine_lp, dtype=logp.dtype),
-            advantages=torch.tensor(advantages, dtype=logp.dtype),
-            mask=torch.tensor(mask, dtype=logp.dtype),
-            seq_index=torch.tensor(seq_index, dtype=torch.long),
-            num_seqs=len(samples),
+            logp_old=batch.logp_old,
+            logp_engine=batch.engine_lp,
+            advantages=batch.advantages,
+            mask=batch.mask,
+            seq_index=batch.seq_index,
+            num_seqs=len(batch.items),
             algorithm=self.spec.algorithm,
-            logp_ref=logp_ref,
+            logp_ref=batch.logp_ref,
         )
         self.optimizer.zero_grad()
         loss.backward()
@@ -119,13 +152,40 @@ class TorchBackend:
         )
         self.optimizer.step()
         self.model.eval()
+        return float(loss.detach()), float(grad_norm), stats
+
+    def _step(self, samples: Sequence[TrainSample]) -> StepStats:
+        algorithm = self.spec.algorithm
+        t0 = time.monotonic()
+        # Every mini-batch's old logprobs come from the weights at the start of the step.
+        batches = [
+            self._prepare(samples[a:b])
+            for a, b in minibatch_bounds(len(samples), algorithm.mini_batches)
+        ]
+        t1 = time.monotonic()
+        losses: list[float] = []
+        norms: list[float] = []
+        updates: list[LossStats] = []
+        for _ in range(algorithm.epochs):
+            for batch in batches:
+                loss, norm, stats = self._update(batch)
+                losses.append(loss)
+                norms.append(norm)
+                updates.append(stats)
         t2 = time.monotonic()
+        mismatch = mismatch_statistics(
+            logp_old=torch.cat([b.logp_old for b in batches]),
+            logp_engine=torch.cat([b.engine_lp for b in batches]),
+            mask=torch.cat([b.mask for b in batches]),
+            correction=algorithm.off_policy_correction,
+        )
         return StepStats(
-            loss=float(loss.detach()),
-            grad_norm=float(grad_norm),
-            loss_stats=stats,
+            loss=sum(losses) / len(losses),
+            grad_norm=sum(norms) / len(norms),
+            loss_stats=combine_updates(updates, mismatch),
             recompute_seconds=t1 - t0,
             update_seconds=t2 - t1,
+            updates=updates,
         )
 
     # -- persistence -------------------------------------------------------------------------

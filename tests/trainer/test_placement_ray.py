@@ -1,0 +1,260 @@
+"""Placement on a real local Ray: the groups become ready, every rank, the driver and every
+rollout worker runs in the bundle Ray reserved for it (as the raylet reports it to the actor), an
+infeasible plan fails within its timeout naming the spec field and the fix, rank 0's actor steps
+the torch backend for the driver, and nothing is left behind."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentrl.api import AgentRLJob
+from agentrl.api.validation import load_job
+from agentrl.trainer import placement
+from agentrl.trainer.cli import TrainerDriver
+from agentrl.trainer.ranks import TrainerRank
+from tests.api.cases import merge
+
+ray = pytest.importorskip("ray", reason="the ray extra")
+pytestmark = pytest.mark.slow  # a local Ray and a few actor processes: about a minute
+
+QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
+#: Logical CPUs of the test's Ray (a 2-core host runs it: the actors are idle most of the time).
+CPUS = 4
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    # the machine is the trainer node: it offers room for every trainer bundle of these tests
+    ray.init(
+        num_cpus=CPUS,
+        resources={placement.TRAINER_NODE_RESOURCE: 8},
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+def _quickstart(patch: dict[str, Any] | None = None) -> AgentRLJob:
+    doc = yaml.safe_load(QUICKSTART.read_text())
+    return load_job(yaml.safe_dump(merge(doc, {"spec": patch or {}})))
+
+
+def _states() -> dict[str, str]:
+    from ray.util.placement_group import placement_group_table
+
+    return {pg_id: row["state"] for pg_id, row in placement_group_table().items()}
+
+
+@pytest.mark.timeout(300)
+def test_ranks_and_the_driver_run_in_the_bundles_ray_reserved_and_are_removed_after(
+    local_ray: None,
+) -> None:
+    # two CPU-only trainer nodes: ranks in bundles 0 and 1, the driver in bundle 2 (3 CPUs)
+    plan = placement.plan_placement(_quickstart({"trainer": {"nodes": 2}}))
+    placed = placement.place(plan, timeout_s=60, rollout=False)
+    pg_id = placed.trainer.id.hex()
+    try:
+        assert _states()[pg_id] == "CREATED"
+        ranks = placement.start_trainer_ranks(placed, TrainerRank)
+        driver = placement.start_driver(placed, TrainerDriver)
+        where = ray.get([r.where.remote() for r in ranks])
+        at_driver = ray.get(driver.where.remote())
+    finally:
+        placed.remove()
+
+    assert [w["rank"] for w in where] == [0, 1]
+    assert [w["bundle_index"] for w in where] == [0, 1]
+    assert at_driver["bundle_index"] == 2
+    assert {w["placement_group_id"] for w in [*where, at_driver]} == {pg_id}
+    pids = {w["pid"] for w in [*where, at_driver]}
+    assert len(pids) == 3 and os.getpid() not in pids
+
+    assert _states()[pg_id] == "REMOVED"
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(ranks[0].where.remote(), timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_rollout_workers_run_in_their_bundles_of_the_rollout_group(local_ray: None) -> None:
+    from agentrl.rollout.ray_workers import RolloutWorkerConfig
+
+    job = _quickstart({"rollout": {"workers": 2}})
+    placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=True)
+    try:
+        workers = placement.start_rollout_workers(
+            placed,
+            RolloutWorkerConfig(
+                job=job.to_manifest(), engine_urls=["http://127.0.0.1:9"], workers=2
+            ),
+        )
+        where = ray.get([w.where.remote() for w in workers])
+        rollout_id = placed.rollout.id.hex()
+    finally:
+        placed.remove()
+    assert [w["bundle_index"] for w in where] == [0, 1]
+    assert {w["placement_group_id"] for w in where} == {rollout_id}
+    assert _states()[rollout_id] == "REMOVED"
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_larger_than_the_node_fails_in_time_naming_the_field_and_the_fix(
+    local_ray: None,
+) -> None:
+    # 4 CPU-only ranks and the driver: 5 CPUs on a Ray of 4
+    plan = placement.plan_placement(_quickstart({"trainer": {"nodes": 4}}))
+    before = set(_states())
+    started = time.monotonic()
+    with pytest.raises(placement.PlacementError) as caught:
+        placement.place(plan, timeout_s=3, rollout=False)
+    elapsed = time.monotonic() - started
+    message = str(caught.value)
+    assert "quickstart-trainer was not ready within 3s" in message
+    assert "needs 5 CPU" in message and f"{CPUS:g} CPU" in message
+    assert "spec.trainer.nodes (4)" in message
+    assert "Fix:" in message and "--num-cpus" in message
+    assert elapsed < 3 + 10  # the timeout, plus removing the group
+    assert all(_states()[pg] == "REMOVED" for pg in set(_states()) - before)
+
+
+@pytest.mark.timeout(300)
+def test_rank_zeros_actor_steps_the_torch_backend_as_the_driver_would_in_process(
+    local_ray: None, tmp_path: Path
+) -> None:
+    import torch
+
+    from agentrl.engine import tiny
+    from agentrl.reconcile import configmap
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.policies.suspend import workload_scale
+    from agentrl.trainer.batching import TrainSample
+    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, build_backend
+    from agentrl.trainer.ranks import RemoteBackend
+    from tests.trainer.factories import make_trajectory
+
+    # a small random policy on disk (the built-in one trains its prior first: slow)
+    tiny.save_policy(tiny.new_policy(0, dim=16), tmp_path / "policy")
+    job = _quickstart({"model": {"source": {"path": str(tmp_path / "policy")}}})
+    config = TrainerConfig(
+        job=job,
+        runtime=configmap.runtime_config(job, BuildContext.for_job(job), workload_scale(job)),
+        env=TrainerEnv(checkpoint_dir=tmp_path),
+    )
+    samples = [
+        TrainSample(
+            trajectory=make_trajectory(
+                "a#0",
+                float(n % 2),
+                n=n,
+                tokens=([2, 8, 10, 3], [0.0, 0.0, -1.0, -1.0], [0, 0, 1, 1]),
+            ),
+            advantage=1.0 if n % 2 else -1.0,
+            carries_loss=True,
+        )
+        for n in range(2)
+    ]
+    here = build_backend(copy.deepcopy(config))
+    expected = here.train_step(samples)
+
+    placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=False)
+    try:
+        (rank0,) = placement.start_trainer_ranks(placed, TrainerRank)
+        address, port = ray.get(rank0.rendezvous.remote())
+        ray.get(rank0.setup.remote(config.model_dump(mode="json", by_alias=True), address, port))
+        remote = RemoteBackend(rank0)
+        got = remote.train_step(samples)
+        remote.save_state(tmp_path / "ckpt")
+        ray.get(rank0.close.remote())
+    finally:
+        placed.remove()
+
+    assert got.loss == pytest.approx(expected.loss)
+    assert got.grad_norm == pytest.approx(expected.grad_norm)
+    assert got.loss_stats == expected.loss_stats
+    # the rank's weights after the step are the in-process backend's
+    fresh = build_backend(copy.deepcopy(config))
+    fresh.load_state(tmp_path / "ckpt")
+    for a, b in zip(here.model.parameters(), fresh.model.parameters(), strict=True):
+        assert torch.allclose(a, b)
+
+
+@pytest.mark.timeout(600)
+def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """``agentrl trainer``'s Ray path on one machine: rank 0 and the driver as actors in their
+    bundles, two steps of two mini-batches against a real tiny engine, weights pushed from rank
+    0 to the engine, checkpoints written."""
+    import json
+    import re
+    import subprocess
+    import sys
+    import urllib.request
+
+    from agentrl.engine import tiny
+    from agentrl.reconcile import configmap
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.policies.suspend import workload_scale
+    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, run_placed
+    from agentrl.trainer.loop import StepRecord
+
+    policy = tmp_path / "policy"
+    tiny.save_policy(tiny.new_policy(0, dim=16), policy)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", "engine", "serve-tiny", "--port", "0",
+         "--model-path", str(policy), "--context-length", "2048"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert engine.stderr is not None
+        url = None
+        while url is None:
+            line = engine.stderr.readline()
+            assert line, "the tiny engine exited before serving"
+            found = re.search(r"serving on (http://\S+)", line)
+            url = found.group(1) if found else None
+        job = _quickstart(
+            {
+                "model": {"source": {"path": str(policy)}},
+                "trainer": {
+                    "maxSteps": 2,
+                    "trajectoriesPerStep": 8,
+                    "algorithm": {"miniBatches": 2},
+                    "checkpoint": {"intervalSteps": 1},
+                },
+            }
+        )
+        runtime = configmap.runtime_config(job, BuildContext.for_job(job), workload_scale(job))
+        engines = runtime.engines.model_copy(update={"urls": [url]})
+        runtime = runtime.model_copy(update={"engines": engines})
+        config = TrainerConfig(
+            job=job, runtime=runtime, env=TrainerEnv(checkpoint_dir=tmp_path / "ckpt")
+        )
+        placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=False)
+        try:
+            built = run_placed(config, placed)
+        finally:
+            placed.remove()
+        with urllib.request.urlopen(f"{url}/get_model_info", timeout=30) as response:
+            served = json.loads(response.read())
+    finally:
+        engine.terminate()
+        engine.wait(timeout=60)
+
+    assert built.weight_sync == "RemoteWeightSync"
+    steps = (tmp_path / "ckpt" / "trainer" / "steps.jsonl").read_text().splitlines()
+    records = [StepRecord.model_validate_json(line) for line in steps]
+    assert [r.step for r in records] == [1, 2]
+    assert [r.weight_version for r in records] == [1, 2]
+    assert str(served["weight_version"]) == "2"
+    assert (tmp_path / "ckpt" / "v2").is_dir()
+    assert (tmp_path / "ckpt" / "trainer" / "step-00000002").is_dir()
