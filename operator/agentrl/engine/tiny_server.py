@@ -262,11 +262,12 @@ class TinyEngine:
 
     def _decode_step(self) -> None:
         batch = list(self.running)
-        rows = tiny.StepFeatures(obs_ids=[], prev_ids=[], positions=[])
+        rows = tiny.StepFeatures(obs_ids=[], prev_ids=[], positions=[], own_ids=[])
         for req in batch:
             pos = len(req.ids)
             obs, turn_pos = req.scanner.context(pos)
             rows.obs_ids.append(list(obs))
+            rows.own_ids.append(req.scanner.memory())
             rows.prev_ids.append(req.ids[-1])
             rows.positions.append(turn_pos)
         with torch.no_grad():

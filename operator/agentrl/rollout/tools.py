@@ -164,6 +164,13 @@ class ToolRunner:
             known = " ".join(edits) or "(none)"
             return ToolResult(observation=f"unknown edit {name!r}; candidate edits: {known}")
         edit = edits[name]
+        # Candidate edits are alternatives, each written against the task's original files:
+        # applying one first undoes whichever was applied before, so trying another candidate
+        # after a failing test run is one action, not a revert plus an apply.
+        for path in sorted({e.path for e in self.task.candidate_edits}):
+            original = self.task.files.get(path)
+            if original is not None:
+                await self.sandbox.write_file(path, original)
         problem = await replace_once(self.sandbox, edit.path, edit.old, edit.new)
         if problem is not None:
             return ToolResult(observation=f"edit {name} does not apply: {problem}")
