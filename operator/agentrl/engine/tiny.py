@@ -95,7 +95,7 @@ class TinyConfig(BaseModel):
     previous-token and position embeddings, so RL shifts the policy's *marginal* choice long
     before it learns which words point to which edit (measured: it collapsed onto one edit)."""
 
-    vote_gain: float = Field(default=10.0, ge=0.0, le=1000.0)
+    vote_gain: float = Field(default=20.0, ge=0.0, le=1000.0)
     """Factor on the observation's direct votes for next tokens."""
 
 
