@@ -3,25 +3,47 @@ left at library defaults.
 
 What runs (all on 127.0.0.1):
 
-* fake engines (``--engines`` processes): ``POST /generate`` sleeps ``--llm-latency`` seconds and
-  answers SGLang's response shape (``bash true`` until the episode's last turn, then ``submit``);
-* a fake sandbox service (one process): ``/exec`` sleeps ``--tool-latency`` seconds;
-* rollout workers (``--workers`` processes, default one per core): each runs the real
-  ``RolloutScheduler``, ``EpisodeRunner``, ``TokenAgent`` and ``EnginePool`` over the real
-  ``agentrl.engine.client.EngineClient``, with pools sized from the concurrency;
-  each worker keeps its share of ``--concurrency`` episodes in flight for ``--rounds`` rounds.
+* fake engines (``--engines`` processes): ``POST /generate`` is answered ``--llm-latency``
+  seconds later in SGLang's response shape (``bash true`` until the episode's last turn, then
+  ``submit``);
+* a fake sandbox service (``--sandbox-servers`` processes; the provider places sandboxes on them
+  round-robin): ``/exec`` is answered ``--tool-latency`` seconds later, ``/create`` and
+  ``/close`` at once;
+* rollout workers (``--workers`` processes, default two per core): each runs
+  :func:`agentrl.rollout.runtime.open_rollout` (the wiring a Ray rollout actor runs: the real
+  scheduler, episode runner, token agent, engine pool and engine client) for its share of the
+  spec's ``sandbox.concurrency``, every pool derived from the spec the bench builds
+  (:func:`bench_spec`), for ``--rounds`` episodes per slot. Workers run on uvloop when it is
+  installed, as Ray's workers do (``--event-loop asyncio`` to compare).
 
-The baseline is the same run in one process with both HTTP clients at library defaults (aiohttp's
-``ClientSession()``: a 100-connection pool), stopped after the same ideal wall time.
+The fakes are latency injectors, not the product: they are minimal HTTP/1.1 keep-alive servers
+(:class:`FakeHttpServer`, a timer per request, uvloop when installed) so that on a small machine
+the cores go to the rollout workers. They count requests in service, requests done, open
+connections and their own CPU seconds. The fake sandbox provider reaches its service through
+the engine client's keep-alive pool (``--sandbox-client aiohttp``: through an aiohttp session;
+at N = 512 the workers then spent about 1.7 times the CPU per episode).
 
-Figures:
+The baseline is the same run in one worker process with both HTTP clients at library defaults
+(aiohttp's ``ClientSession()``: a 100-connection pool), stopped after the ideal wall time + 1 s.
 
-* ``achieved_ratio``: time-averaged requests in service at the fake engines plus the fake
-  sandbox, divided by the configured concurrency (1.0 = every episode is always being served);
+Figures (the baseline's computed the same way):
+
+* ``achieved_ratio``: requests in service at the fake engines plus the fake sandbox, averaged over
+  time from 1 s after the workers start to 1 s before the last episode ends, over the configured
+  concurrency (1.0 = every episode is always being served). The servers integrate requests in
+  service over time and the parent reads the integral every 0.25 s, so the average is exact.
+  ``achieved_ratio_sampled`` is the former estimator, kept for comparison: the mean of the
+  0.25 s readings of requests in service. It is biased whenever the episodes move in lockstep
+  (here they do: every latency is the same), since the readings can keep landing in, or keep
+  missing, the moments between calls; at N = 512 it read 0.997 where the integral gave 0.988;
 * ``ideal_throughput_ratio``: work done (LLM calls × llm latency + execs × tool latency, in
-  episode-equivalents) per second, over the ideal ``N / episode duration``;
+  episode-equivalents) per second of wall time, over the ideal ``N / episode duration``. Wall
+  time runs from the start of the worker processes (ramp-up counts) to the end of the last
+  episode as its worker saw it (or the cap), not to when the parent next polled for results;
 * ``overhead_p50_ms``/``overhead_p99_ms``: client-observed LLM call latency minus the engine's
-  injected latency.
+  injected latency;
+* ``pools``: per worker, the episodes it keeps in flight, its connections per engine and towards
+  the sandbox service; ``cpu_seconds``: CPU used by the workers, the engines and the sandbox.
 
 Run: ``python bench/rollout_concurrency.py --concurrency 2048 --json``.
 """
@@ -30,26 +52,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
 import statistics
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 import aiohttp
-from aiohttp import web
 
-from agentrl.api.rollout import FailurePolicy
-from agentrl.engine.client import EngineClient, GenerateResponse, SamplingParams
-from agentrl.rollout.agent import TokenAgent
-from agentrl.rollout.balancer import EnginePool
-from agentrl.rollout.caps import EpisodeCaps
-from agentrl.rollout.episode import EpisodeRunner
-from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.api import AgentRLJobSpec
+from agentrl.engine.client import (
+    CONTROL_CONNECTIONS,
+    EngineClient,
+    GenerateResponse,
+    SamplingParams,
+)
+from agentrl.engine.keepalive import HttpPool
+from agentrl.rollout.runtime import (
+    configure_worker_process,
+    engine_pool_size,
+    open_rollout,
+    worker_concurrency,
+)
 from agentrl.rollout.tasks.model import NamedTestsVerification, Task
 from agentrl.sandbox.provider import ExecResult, SandboxBase, SandboxRequest
 
@@ -63,102 +93,246 @@ TEST_ID = "tests/test_bench.py::test_ok"
 # Fake servers (separate processes)
 
 
+try:  # imported here, before the processes fork, as a Ray worker imports it when it starts
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop comes with the ray extra
+    uvloop = None  # type: ignore[assignment]
+
+
+def default_event_loop() -> str:
+    """``uvloop`` when it is installed, as Ray's workers do (``RAY_USE_UVLOOP``, on by
+    default), else ``asyncio``."""
+    return "asyncio" if uvloop is None else "uvloop"
+
+
+def _run(main: Coroutine[Any, Any, Any], loop: str) -> Any:
+    """Run ``main`` on a fresh event loop of the kind named."""
+    if loop == "uvloop" and uvloop is not None:
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
 class _Counters:
+    """What a fake server counts. ``busy_seconds`` integrates requests in service over time
+    (updated at every change), so the parent gets an exact time average between two reads."""
+
     def __init__(self) -> None:
         self.in_flight = 0
         self.done = 0
+        self.connections = 0
+        self.busy_seconds = 0.0
+        self._since = time.monotonic()
+
+    def change(self, delta: int) -> None:
+        now = time.monotonic()
+        self.busy_seconds += self.in_flight * (now - self._since)
+        self._since = now
+        self.in_flight += delta
+        if delta < 0:
+            self.done -= delta
+
+    def busy_now(self) -> float:
+        return self.busy_seconds + self.in_flight * (time.monotonic() - self._since)
 
 
-def _stats_route(counters: _Counters) -> Any:
-    async def stats(_: web.Request) -> web.Response:
-        return web.json_response({"in_flight": counters.in_flight, "done": counters.done})
+Route = Callable[[bytes], tuple[float, bytes]]
+"""A fake endpoint: request body in, (seconds to hold the answer, JSON answer) out."""
 
-    return stats
+#: The routes whose requests are work (in service while held, counted in ``done``).
+SERVICE_PATHS = (b"/generate", b"/exec")
 
 
-def _serve(app: web.Application, port: int, ready: Any) -> None:
+class FakeHttpServer(asyncio.Protocol):
+    """A minimal HTTP/1.1 keep-alive server for the fakes (one protocol object per connection).
+
+    The fakes are latency injectors, not the product, so they are kept as cheap as a server can
+    be: a request is read off the buffer (request line, ``Content-Length``, body), its route
+    runs, and the answer is written by a timer after the injected latency, with no task,
+    router or request object per call. aiohttp's clients send one request at a time per
+    connection, so answers never need reordering; chunked bodies are not spoken (none is sent).
+    """
+
+    def __init__(self, routes: dict[bytes, Route], counters: _Counters) -> None:
+        self.routes, self.counters = routes, counters
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.counters.connections += 1
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(buffer[:end]).lower()
+            length = 0
+            at = head.find(b"\r\ncontent-length:")
+            if at >= 0:
+                stop = head.find(b"\r\n", at + 2)
+                length = int(head[at + 17 : stop if stop >= 0 else None])
+            if len(buffer) < end + 4 + length:
+                return
+            body = bytes(buffer[end + 4 : end + 4 + length])
+            del buffer[: end + 4 + length]
+            path = head.split(b" ", 2)[1]
+            route = self.routes.get(path)
+            if route is None:
+                self._write(b"404 Not Found", b"{}", counted=False)
+                continue
+            delay, answer = route(body)
+            counted = path in SERVICE_PATHS
+            if counted:
+                self.counters.change(+1)
+            if delay > 0:
+                self.loop.call_later(delay, self._write, b"200 OK", answer, counted)
+            else:
+                self._write(b"200 OK", answer, counted)
+
+    def _write(self, status: bytes, answer: bytes, counted: bool) -> None:
+        if counted:
+            self.counters.change(-1)
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(
+            b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, len(answer), answer)
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.counters.connections -= 1
+
+
+def _serve(routes: dict[bytes, Route], counters: _Counters, port: int, ready: Any) -> None:
+    """Serve ``routes`` (plus ``/stats``) on ``port`` until killed; uvloop when installed."""
+
+    def stats(_: bytes) -> tuple[float, bytes]:
+        data = {
+            "in_flight": counters.in_flight,
+            "busy_seconds": counters.busy_now(),
+            "done": counters.done,
+            "connections": counters.connections,
+            "cpu_seconds": time.process_time(),
+        }
+        return 0.0, json.dumps(data).encode()
+
+    all_routes = {**routes, b"/stats": stats}
+
     async def main() -> None:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", port, backlog=8192)
-        await site.start()
+        loop = asyncio.get_running_loop()
+        await loop.create_server(
+            lambda: FakeHttpServer(all_routes, counters), "127.0.0.1", port, backlog=8192
+        )
         ready.set()
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    _run(main(), default_event_loop())  # the fakes: as cheap as they can be
 
 
 def engine_server(port: int, latency: float, turns: int, ready: Any) -> None:
     counters = _Counters()
+    ids = [7] * OUTPUT_TOKENS
 
-    async def generate(request: web.Request) -> web.Response:
-        counters.in_flight += 1
-        try:
-            body = await request.json()
-            observations = body["input_ids"].count(OBSERVATION_TOKEN)
-            text = "submit" if observations >= turns - 1 else "bash true"
-            await asyncio.sleep(latency)
-            ids = [7] * OUTPUT_TOKENS
-            return web.json_response(
-                {
-                    "text": text,
-                    "output_ids": ids,
-                    "meta_info": {
-                        "id": "x",
-                        "finish_reason": {"type": "stop"},
-                        "prompt_tokens": len(body["input_ids"]),
-                        "completion_tokens": len(ids),
-                        "output_token_logprobs": [[-0.1, t, None] for t in ids],
-                        "weight_version": "0",
-                    },
-                }
-            )
-        finally:
-            counters.in_flight -= 1
-            counters.done += 1
+    def answer(text: str) -> bytes:
+        meta = {
+            "id": "x",
+            "finish_reason": {"type": "stop"},
+            "prompt_tokens": -1,
+            "completion_tokens": len(ids),
+            "output_token_logprobs": [[-0.1, t, None] for t in ids],
+            "weight_version": "0",
+        }
+        body = json.dumps({"text": text, "output_ids": ids, "meta_info": meta}).encode()
+        return body.replace(b'"prompt_tokens": -1', b'"prompt_tokens": %d')
 
-    async def health(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    answers = {False: answer("bash true"), True: answer("submit")}
 
-    app = web.Application()
-    app.router.add_post("/generate", generate)
-    app.router.add_get("/health", health)
-    app.router.add_get("/stats", _stats_route(counters))
-    _serve(app, port, ready)
+    def generate(body: bytes) -> tuple[float, bytes]:
+        # The bench's ids are 1 (prompt), 2 3 3 3 (an observation) and 7 (generated), and
+        # ``input_ids`` is the body's first array: counting the digit 2 in it counts the
+        # observations without decoding the JSON.
+        start = body.index(b"[")
+        end = body.index(b"]", start)
+        observations = body.count(b"2", start, end)
+        prompt_tokens = body.count(b",", start, end) + 1
+        return latency, answers[observations >= turns - 1] % prompt_tokens
+
+    def health(_: bytes) -> tuple[float, bytes]:
+        return 0.0, b"{}"
+
+    _serve({b"/generate": generate, b"/health": health}, counters, port, ready)
 
 
 def sandbox_server(port: int, latency: float, ready: Any) -> None:
     counters = _Counters()
 
-    async def execute(request: web.Request) -> web.Response:
-        counters.in_flight += 1
-        try:
-            body = await request.json()
-            await asyncio.sleep(latency)
-            out = f"PASSED {TEST_ID}\n" if "pytest" in body["command"] else ""
-            return web.json_response({"exit_code": 0, "stdout": out})
-        finally:
-            counters.in_flight -= 1
-            counters.done += 1
+    tests = json.dumps({"exit_code": 0, "stdout": f"PASSED {TEST_ID}\n"}).encode()
+    other = json.dumps({"exit_code": 0, "stdout": ""}).encode()
 
-    async def instant(_: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
+    def execute(body: bytes) -> tuple[float, bytes]:
+        return latency, tests if b"pytest" in body else other
 
-    app = web.Application()
-    app.router.add_post("/exec", execute)
-    app.router.add_post("/create", instant)
-    app.router.add_post("/close", instant)
-    app.router.add_get("/stats", _stats_route(counters))
-    _serve(app, port, ready)
+    def instant(_: bytes) -> tuple[float, bytes]:
+        return 0.0, b'{"ok": true}'
+
+    routes = {b"/exec": execute, b"/create": instant, b"/close": instant}
+    _serve(routes, counters, port, ready)
 
 
 # ---------------------------------------------------------------------------------------------
 # Client side: an HTTP-backed sandbox provider, the bench tokenizer, timing
 
 
+class SandboxClient(Protocol):
+    """How the bench's provider reaches the fake sandbox service (a JSON POST)."""
+
+    pool_size: int
+
+    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpSandboxClient:
+    """Through an aiohttp session (the pool given, or aiohttp's defaults)."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url, self.session = url, session
+        self.pool_size = session.connector.limit if session.connector is not None else 0
+
+    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(self.url + path, json=payload) as resp:
+            data: dict[str, Any] = json.loads(await resp.read())
+        return data
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class KeepAliveSandboxClient:
+    """Through the engine client's keep-alive pool (:class:`agentrl.engine.keepalive.HttpPool`)."""
+
+    def __init__(self, url: str, pool_size: int) -> None:
+        self.pool = HttpPool(url, max_connections=pool_size)
+        self.pool_size = pool_size
+
+    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        _, body = await self.pool.request("POST", path, json.dumps(payload).encode(), timeout=600)
+        data: dict[str, Any] = json.loads(body)
+        return data
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
 class HttpSandbox(SandboxBase):
-    def __init__(self, session: aiohttp.ClientSession, url: str, request: SandboxRequest):
-        self._session, self._url = session, url
+    def __init__(self, client: SandboxClient, request: SandboxRequest):
+        self._client = client
         self.id = request.episode_id
         self.workdir = request.workdir
         self.files: dict[str, bytes] = {}
@@ -166,8 +340,7 @@ class HttpSandbox(SandboxBase):
     async def exec(
         self, command: str, *, timeout: float, cwd: str | None = None, env: Any = None
     ) -> ExecResult:
-        async with self._session.post(f"{self._url}/exec", json={"command": command}) as resp:
-            data = await resp.json()
+        data = await self._client.post("/exec", {"command": command})
         return ExecResult(exit_code=data["exit_code"], stdout=data["stdout"])
 
     async def write_file(self, path: str, data: bytes | str) -> None:
@@ -179,23 +352,28 @@ class HttpSandbox(SandboxBase):
         return self.files[path]
 
     async def close(self) -> None:
-        async with self._session.post(f"{self._url}/close", json={}) as resp:
-            await resp.read()
+        await self._client.post("/close", {})
 
 
 class HttpSandboxProvider:
+    """Sandboxes on the fake service's processes, round-robin (a sandbox stays where it was
+    created)."""
+
     name = "bench"
 
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.url, self.session = url, session
+    def __init__(self, clients: Sequence[SandboxClient]) -> None:
+        self.clients = list(clients)
+        self._next = 0
 
     async def create(self, request: SandboxRequest) -> HttpSandbox:
-        async with self.session.post(f"{self.url}/create", json={}) as resp:
-            await resp.read()
-        return HttpSandbox(self.session, self.url, request)
+        client = self.clients[self._next % len(self.clients)]
+        self._next += 1
+        await client.post("/create", {})
+        return HttpSandbox(client, request)
 
     async def aclose(self) -> None:
-        await self.session.close()
+        for client in self.clients:
+            await client.close()
 
 
 class BenchTokenizer:
@@ -212,12 +390,12 @@ class BenchTokenizer:
         return ""
 
 
-class TimedEngine:
-    """An engine client that records how long each generate took, client side."""
+class TimedEngineClient(EngineClient):
+    """The engine client, recording how long each generate took, client side."""
 
-    def __init__(self, inner: EngineClient, samples: list[float]) -> None:
-        self.inner, self.samples = inner, samples
-        self.base_url = inner.base_url
+    def __init__(self, *args: Any, samples: list[float], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.samples = samples
 
     async def generate(
         self,
@@ -228,21 +406,84 @@ class TimedEngine:
         timeout: float | None = None,
     ) -> GenerateResponse:
         start = time.perf_counter()
-        result = await self.inner.generate(input_ids, sampling_params, rid=rid, timeout=timeout)
+        result = await super().generate(input_ids, sampling_params, rid=rid, timeout=timeout)
         self.samples.append(time.perf_counter() - start)
         return result
 
-    async def health(self, *, timeout: float = 10.0) -> bool:
-        return await self.inner.health(timeout=timeout)
+
+class AiohttpDefaultsTransport:
+    """The engine client's transport through aiohttp's ``ClientSession()`` at its defaults (a
+    100-connection pool): what a client left at library defaults does."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.session: aiohttp.ClientSession | None = None
+
+    async def request(
+        self, method: str, path: str, body: bytes | None = None, *, timeout: float
+    ) -> tuple[int, bytes]:
+        if self.session is None:
+            self.session = aiohttp.ClientSession()
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        try:
+            async with self.session.request(
+                method,
+                self.base_url + path,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                return resp.status, await resp.read()
+        except aiohttp.ClientError as exc:
+            raise ConnectionError(str(exc)) from exc
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
 
 
-class DefaultsEngineClient(EngineClient):
-    """The engine client with aiohttp left at its defaults (a 100-connection pool)."""
+class DefaultsEngineClient(TimedEngineClient):
+    """The engine client over aiohttp left at its defaults."""
 
-    def _ensure_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
+    def _ensure_transport(self) -> AiohttpDefaultsTransport:
+        if self._transport is None:
+            self._transport = AiohttpDefaultsTransport(self.base_url)
+        return self._transport  # type: ignore[return-value]
+
+
+def bench_group_size(concurrency: int, workers: int, rounds: int) -> int:
+    """The largest GRPO group (8, 4 or 2) that divides every worker's ``share × rounds``
+    episodes, so that no worker runs a partial extra round."""
+    shares = [
+        concurrency // workers + (1 if i < concurrency % workers else 0) for i in range(workers)
+    ]
+    for size in (8, 4, 2):
+        if all(share * rounds % size == 0 for share in shares):
+            return size
+    return 2  # an odd share × rounds: one episode more than the rounds ask for
+
+
+def bench_spec(args: dict[str, Any], workers: int) -> AgentRLJobSpec:
+    """The job the bench runs: its concurrency, workers, caps, and engines that decode every
+    request they get at once (the fakes have no batch limit)."""
+    engines = len(args["engine_urls"])
+    group = bench_group_size(args["concurrency"], workers, args["rounds"])
+    return AgentRLJobSpec.model_validate(
+        {
+            "model": {"source": {"path": "bench"}},
+            "sandbox": {"provider": "local", "concurrency": args["concurrency"]},
+            "inference": {
+                "engines": engines,
+                "maxRunningRequests": min(4096, max(1, math.ceil(args["concurrency"] / engines))),
+            },
+            "rollout": {
+                "groupSize": group,
+                "workers": workers,
+                "maxTurns": args["turns"],
+                "maxTokensPerTurn": OUTPUT_TOKENS,
+            },
+        }
+    )
 
 
 def bench_task(index: int) -> Task:
@@ -254,53 +495,79 @@ def bench_task(index: int) -> Task:
     )
 
 
-async def worker_main(args: dict[str, Any], concurrency: int, defaults: bool) -> dict[str, Any]:
+async def worker_main(
+    args: dict[str, Any], workers: int, index: int, defaults: bool
+) -> dict[str, Any]:
+    """One rollout worker: ``open_rollout`` (the wiring Ray actors run) with this worker's share
+    of the spec's concurrency, for ``rounds`` episodes per slot."""
+    configure_worker_process()  # what a Ray rollout actor does when it starts
+    cpu0 = time.process_time()
     samples: list[float] = []
-    if defaults:
-        clients: list[EngineClient] = [
-            DefaultsEngineClient(u, max_connections=1) for u in args["engine_urls"]
-        ]
-        sandbox_session = aiohttp.ClientSession()
-    else:
-        # Every in-flight episode has at most one LLM call open; any engine may get them all.
-        clients = [EngineClient(u, max_connections=concurrency + 4) for u in args["engine_urls"]]
-        sandbox_session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=concurrency + 4)
-        )
-    pool = EnginePool([TimedEngine(c, samples) for c in clients])
-    caps = EpisodeCaps(
-        max_turns=args["turns"], max_trajectory_tokens=65536, max_tokens_per_turn=OUTPUT_TOKENS
+    spec = bench_spec(args, workers)
+    share = worker_concurrency(spec, workers, index)
+    sandboxes: list[SandboxClient] = []
+    for url in args["sandbox_urls"]:
+        if defaults:
+            sandboxes.append(AiohttpSandboxClient(url, aiohttp.ClientSession()))
+            continue
+        # The provider's pool towards one process of the service: one connection per episode
+        # of this worker (an episode has one call open at a time).
+        size = share + CONTROL_CONNECTIONS
+        if args["sandbox_client"] == "keepalive":
+            sandboxes.append(KeepAliveSandboxClient(url, size))
+        else:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=size))
+            sandboxes.append(AiohttpSandboxClient(url, session))
+    engine_client: Any = functools.partial(
+        DefaultsEngineClient if defaults else TimedEngineClient, samples=samples
     )
-    runner = EpisodeRunner(
-        provider=HttpSandboxProvider(args["sandbox_url"], sandbox_session),
-        agent=TokenAgent(pool, BenchTokenizer(), caps),
-        caps=caps,
-        failure_policy=FailurePolicy(infra_retries=0),
-        on_release=pool.release,
-    )
-    tasks = [bench_task(i) for i in range(concurrency * args["rounds"])]
+    groups = math.ceil(share * args["rounds"] / spec.rollout.group_size)
+    tasks = [bench_task(i) for i in range(groups)]
+    provider = HttpSandboxProvider(sandboxes)
     classes: dict[str, int] = {}
     deadline = args["deadline"]
-    scheduler = RolloutScheduler(runner=runner, tasks=tasks, concurrency=concurrency)
+    async with open_rollout(
+        spec,
+        provider=provider,
+        engine_urls=args["engine_urls"],
+        tasks=tasks,
+        workers=workers,
+        worker_index=index,
+        tokenizer=BenchTokenizer(),
+        engine_client=engine_client,
+    ) as scheduler:
 
-    async def consume() -> None:
-        async for trajectory in scheduler.trajectories():
-            key = trajectory.terminal_class.value
-            classes[key] = classes.get(key, 0) + 1
+        async def consume() -> None:
+            async for trajectory in scheduler.trajectories():
+                key = trajectory.terminal_class.value
+                classes[key] = classes.get(key, 0) + 1
 
-    scheduler.start()
-    try:
-        await asyncio.wait_for(consume(), max(0.1, deadline - time.time()))
-    except TimeoutError:
-        await scheduler.cancel()
-    for client in clients:
-        await client.close()
-    await sandbox_session.close()
-    return {"samples": samples, "classes": classes}
+        try:
+            await asyncio.wait_for(consume(), max(0.1, deadline - time.time()))
+        except TimeoutError:
+            await scheduler.cancel()
+        finished_at = min(time.time(), deadline)
+        cpu = time.process_time() - cpu0
+    await provider.aclose()
+    return {
+        "samples": samples,
+        "classes": classes,
+        "finished_at": finished_at,
+        "cpu": cpu,
+        "pools": {
+            "episodes_in_flight": share,
+            "engine_connections_per_engine": (
+                100 if defaults else engine_pool_size(spec, share)  # aiohttp's default
+            ),
+            "sandbox_connections": sum(c.pool_size for c in sandboxes),
+        },
+    }
 
 
-def worker_process(args: dict[str, Any], concurrency: int, defaults: bool, out: Any) -> None:
-    out.put(asyncio.run(worker_main(args, concurrency, defaults)))
+def worker_process(
+    args: dict[str, Any], workers: int, index: int, defaults: bool, out: Any
+) -> None:
+    out.put(_run(worker_main(args, workers, index, defaults), args["event_loop"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,15 +580,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _stats(session: aiohttp.ClientSession, urls: list[str]) -> tuple[int, int]:
-    """(requests in service, requests done) summed over ``urls``."""
-    in_flight = done = 0
+async def _stats(session: aiohttp.ClientSession, urls: list[str]) -> dict[str, float]:
+    """Requests in service, requests done, open connections and CPU seconds, summed over
+    ``urls``."""
+    total: dict[str, float] = {}
     for url in urls:
         async with session.get(f"{url}/stats") as resp:
             data = await resp.json()
-        in_flight += data["in_flight"]
-        done += data["done"]
-    return in_flight, done
+        for key, value in data.items():
+            total[key] = total.get(key, 0) + value
+    return total
 
 
 def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) -> dict[str, Any]:
@@ -329,46 +597,57 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     n = args["concurrency"]
-    shares = [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
-    engines, sandbox = args["engine_urls"], [args["sandbox_url"]]
+    engines, sandbox = args["engine_urls"], args["sandbox_urls"]
 
     async def observe() -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
-            _, engine0 = await _stats(session, engines)
-            _, sandbox0 = await _stats(session, sandbox)
+            engine0 = await _stats(session, engines)
+            sandbox0 = await _stats(session, sandbox)
             start = time.time()
             worker_args = {**args, "deadline": start + cap}
             procs = [
-                ctx.Process(target=worker_process, args=(worker_args, share, defaults, out))
-                for share in shares
+                ctx.Process(target=worker_process, args=(worker_args, workers, i, defaults, out))
+                for i in range(workers)
             ]
             for proc in procs:
                 proc.start()
             results: list[dict[str, Any]] = []
-            series: list[tuple[float, int]] = []
-            end = start
+            series: list[tuple[float, float, float]] = []  # (time, in service, busy seconds)
             while len(results) < workers:
-                busy_e, _ = await _stats(session, engines)
-                busy_s, _ = await _stats(session, sandbox)
-                series.append((time.time(), busy_e + busy_s))
+                busy_e = await _stats(session, engines)
+                busy_s = await _stats(session, sandbox)
+                series.append(
+                    (
+                        time.time(),
+                        busy_e["in_flight"] + busy_s["in_flight"],
+                        busy_e["busy_seconds"] + busy_s["busy_seconds"],
+                    )
+                )
                 while not out.empty():
                     results.append(out.get())
-                    end = time.time()
                 await asyncio.sleep(0.25)
-            _, engine1 = await _stats(session, engines)
-            _, sandbox1 = await _stats(session, sandbox)
+            engine1 = await _stats(session, engines)
+            sandbox1 = await _stats(session, sandbox)
             for proc in procs:
                 proc.join(timeout=10)
         return {
             "results": results,
             "series": series,
             "start": start,
-            "end": end,
-            "llm_done": engine1 - engine0,
-            "exec_done": sandbox1 - sandbox0,
+            # When the last worker saw its last episode finish (or was cut at the cap).
+            "end": max(r["finished_at"] for r in results),
+            "llm_done": engine1["done"] - engine0["done"],
+            "exec_done": sandbox1["done"] - sandbox0["done"],
+            "cpu_engines": engine1["cpu_seconds"] - engine0["cpu_seconds"],
+            "cpu_sandbox": sandbox1["cpu_seconds"] - sandbox0["cpu_seconds"],
+            "connections": engine1["connections"] + sandbox1["connections"],
         }
 
     seen = asyncio.run(observe())
+    if args.get("trace"):
+        with open(args["trace"], "a") as fh:
+            series = [(round(t - seen["start"], 3), busy) for t, busy, _ in seen["series"]]
+            fh.write(json.dumps({"defaults": defaults, "in_service": series}) + "\n")
     start, end = seen["start"], seen["end"]
     wall = end - start
     samples = [s for r in seen["results"] for s in r["samples"]]
@@ -377,12 +656,21 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
         for key, value in r["classes"].items():
             classes[key] = classes.get(key, 0) + value
     # Steady state: skip the first second (processes starting) and the last one (draining).
-    window = [busy for t, busy in seen["series"] if start + 1.0 <= t <= end - 1.0]
-    achieved = statistics.fmean(window) / n if window else 0.0
+    # The servers integrate requests in service over time; the difference between two reads
+    # over the time between them is the exact average (samples every 0.25 s of a workload
+    # whose episodes move in lockstep may all fall in, or all miss, the gaps between calls).
+    window = [(t, busy) for t, _, busy in seen["series"] if start + 1.0 <= t <= end - 1.0]
+    achieved = 0.0
+    if len(window) >= 2 and window[-1][0] > window[0][0]:
+        (t0, busy0), (t1, busy1) = window[0], window[-1]
+        achieved = (busy1 - busy0) / (t1 - t0) / n
+    sampled = [busy for t, busy, _ in seen["series"] if start + 1.0 <= t <= end - 1.0]
+    achieved_sampled = statistics.fmean(sampled) / n if sampled else 0.0
     work = seen["llm_done"] * args["llm_latency"] + seen["exec_done"] * args["tool_latency"]
     overhead = sorted((s - args["llm_latency"]) * 1000 for s in samples)
     return {
         "achieved_ratio": round(achieved, 4),
+        "achieved_ratio_sampled": round(achieved_sampled, 4),
         "ideal_throughput_ratio": round(work / (n * wall), 4) if wall > 0 else 0.0,
         "episodes_completed": sum(classes.values()),
         "terminal_classes": classes,
@@ -390,7 +678,16 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
         "llm_calls": len(samples),
         "overhead_p50_ms": round(_pct(overhead, 0.50), 2),
         "overhead_p99_ms": round(_pct(overhead, 0.99), 2),
+        "pools": {key: [r["pools"][key] for r in seen["results"]] for key in POOL_KEYS},
+        "cpu_seconds": {
+            "workers": round(sum(r["cpu"] for r in seen["results"]), 2),
+            "engines": round(seen["cpu_engines"], 2),
+            "sandbox": round(seen["cpu_sandbox"], 2),
+        },
     }
+
+
+POOL_KEYS = ("episodes_in_flight", "engine_connections_per_engine", "sandbox_connections")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -416,11 +713,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=5, help="LLM calls per episode")
     parser.add_argument("--llm-latency", type=float, default=1.0, help="seconds per LLM call")
     parser.add_argument("--tool-latency", type=float, default=0.5, help="seconds per tool call")
-    parser.add_argument("--rounds", type=int, default=2, help="episodes per slot")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="episodes per slot (ramp-up counts once)"
+    )
     parser.add_argument("--engines", type=int, default=2, help="fake engine processes")
     parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1, help="rollout worker processes"
+        "--sandbox-servers", type=int, default=2, help="processes of the fake sandbox service"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2 * (os.cpu_count() or 1),
+        help="rollout worker processes (default two per core: a worker's episodes move in "
+        "lockstep, and its bursts of calls are half as long)",
+    )
+    parser.add_argument(
+        "--sandbox-client",
+        choices=("keepalive", "aiohttp"),
+        default="keepalive",
+        help="HTTP client of the fake sandbox provider",
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default=default_event_loop(),
+        help="event loop of the rollout workers (default: uvloop when installed, as Ray does)",
+    )
+    parser.add_argument("--trace", help="append the in-service time series to this file")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     opts = parser.parse_args(argv)
@@ -432,8 +751,11 @@ def main(argv: list[str] | None = None) -> int:
             proc, url = _start_server(engine_server, opts.llm_latency, opts.turns)
             servers.append(proc)
             engine_urls.append(url)
-        proc, sandbox_url = _start_server(sandbox_server, opts.tool_latency)
-        servers.append(proc)
+        sandbox_urls = []
+        for _ in range(opts.sandbox_servers):
+            proc, url = _start_server(sandbox_server, opts.tool_latency)
+            servers.append(proc)
+            sandbox_urls.append(url)
         # One episode: `turns` LLM calls, `turns - 1` tool calls and one verifier run.
         episode_seconds = opts.turns * (opts.llm_latency + opts.tool_latency)
         ideal_wall = episode_seconds * opts.rounds
@@ -444,7 +766,10 @@ def main(argv: list[str] | None = None) -> int:
             "tool_latency": opts.tool_latency,
             "rounds": opts.rounds,
             "engine_urls": engine_urls,
-            "sandbox_url": sandbox_url,
+            "sandbox_urls": sandbox_urls,
+            "sandbox_client": opts.sandbox_client,
+            "event_loop": opts.event_loop,
+            "trace": opts.trace,
         }
         report: dict[str, Any] = {
             "configured": opts.concurrency,
@@ -455,6 +780,9 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": opts.rounds,
             "workers": opts.workers,
             "engines": opts.engines,
+            "sandbox_servers": opts.sandbox_servers,
+            "sandbox_client": opts.sandbox_client,
+            "event_loop": opts.event_loop,
         }
         report.update(
             run_mode(args, workers=opts.workers, defaults=False, cap=ideal_wall * 1.3 + 3)

@@ -13,8 +13,14 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
-from agentrl.engine.client import FinishReason, GenerateResponse, MetaInfo, SamplingParams
-from agentrl.rollout.agent import SYSTEM_PROMPT, TokenAgent
+from agentrl.engine.client import (
+    FinishReason,
+    GenerateResponse,
+    MetaInfo,
+    ModelInfo,
+    SamplingParams,
+)
+from agentrl.rollout.agent import SYSTEM_PROMPT, TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
@@ -23,6 +29,7 @@ from agentrl.rollout.hf_tokenizer import (
     TokenizerConfigError,
     load_hf_turn_tokenizer,
 )
+from agentrl.rollout.runtime import turn_tokenizer_for
 from agentrl.rollout.tools import ToolRunner
 from agentrl.sandbox.fake import FakeProvider
 from tests.rollout.fakes import LOGPROB, ScriptedEngine, pytest_handler, toy_task
@@ -322,3 +329,32 @@ async def test_the_token_agent_records_an_episode_in_the_models_chat_format(
         {"role": "assistant", "content": "submit"},
     ]
     assert [*trajectory.token_ids, *encode(tok, "\n")] == rendered(tok, conversation)
+
+
+class _InfoClient:
+    """Answers ``/get_model_info`` only: what ``turn_tokenizer_for`` reads of an engine."""
+
+    def __init__(self, tokenizer_path: str | None) -> None:
+        self.tokenizer_path = tokenizer_path
+
+    async def get_model_info(self) -> ModelInfo:
+        return ModelInfo(model_path="/models/m", tokenizer_path=self.tokenizer_path)
+
+
+async def test_the_runtime_picks_the_tokenizer_the_engine_reports(
+    tok: PreTrainedTokenizerFast, tmp_path: Path
+) -> None:
+    tok.save_pretrained(tmp_path)
+    picked = await turn_tokenizer_for(_InfoClient(str(tmp_path)))  # type: ignore[arg-type]
+    assert isinstance(picked, HFTurnTokenizer)
+    system, user = "be brief", "fix the bug"
+    assert picked.initial_ids(system, user) == encode(
+        tok,
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+        "<|im_start|>assistant\n",
+    )
+    for tiny_path in (None, "agentrl:tiny"):
+        word = await turn_tokenizer_for(_InfoClient(tiny_path))  # type: ignore[arg-type]
+        assert isinstance(word, WordTurnTokenizer)
+    with pytest.raises(TokenizerConfigError, match=r"spec\.model\.source"):
+        await turn_tokenizer_for(_InfoClient(str(tmp_path / "absent")))  # type: ignore[arg-type]

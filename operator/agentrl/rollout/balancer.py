@@ -57,6 +57,10 @@ class _EngineState:
     outstanding: int = 0
     ready: bool = True
 
+    def __post_init__(self) -> None:
+        # The labelled gauge child, looked up once (a lookup takes a lock on every call).
+        self.outstanding_gauge = metrics.ENGINE_OUTSTANDING.labels(self.engine.base_url)
+
 
 class EnginePool:
     """Ready engines, their outstanding requests and the episode → engine stickiness."""
@@ -144,7 +148,7 @@ class EnginePool:
             index = await self._pick_waiting(episode_id)
             state = self._states[index]
             state.outstanding += 1
-            metrics.ENGINE_OUTSTANDING.labels(state.engine.base_url).set(state.outstanding)
+            state.outstanding_gauge.set(state.outstanding)
             metrics.LLM_CALLS_IN_FLIGHT.inc()
             start = time.monotonic()
             try:
@@ -158,7 +162,7 @@ class EnginePool:
                 continue
             finally:
                 state.outstanding -= 1
-                metrics.ENGINE_OUTSTANDING.labels(state.engine.base_url).set(state.outstanding)
+                state.outstanding_gauge.set(state.outstanding)
                 metrics.LLM_CALLS_IN_FLIGHT.dec()
             metrics.LLM_CALL_SECONDS.observe(time.monotonic() - start)
             return result, state.engine.base_url

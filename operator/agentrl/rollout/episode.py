@@ -133,10 +133,9 @@ class EpisodeRunner:
         try:
             created = time.monotonic()
             try:
-                sandbox = await asyncio.wait_for(
-                    self.provider.create(self._request(task, episode_id)),
-                    caps.sandbox_startup_timeout_seconds,
-                )
+                # asyncio.timeout, not wait_for: no extra task per episode.
+                async with asyncio.timeout(caps.sandbox_startup_timeout_seconds):
+                    sandbox = await self.provider.create(self._request(task, episode_id))
             except TimeoutError as exc:
                 raise SandboxCreateError(
                     f"sandbox not ready within {caps.sandbox_startup_timeout_seconds:g}s"

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.sandbox import SandboxProvider as ProviderName
-from agentrl.engine.client import EngineClient, connection_pool_size
+from agentrl.engine.client import CONTROL_CONNECTIONS, EngineClient, connection_pool_size
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
@@ -39,6 +40,25 @@ from agentrl.sandbox.provider import SandboxProvider
 #: Seconds between engine health probes of the pool (failover brings engines back this fast).
 HEALTH_INTERVAL_SECONDS = 5.0
 
+#: CPython's cyclic-GC thresholds in a process that only runs episodes (see
+#: :func:`configure_worker_process`). At the default (700, 10, 10) a worker keeping a thousand
+#: episodes in flight collected its young generation hundreds of times a run, nearly every
+#: object surviving (an episode lives for seconds to hours), and spent about a quarter of its
+#: CPU in the collector with pauses up to ~100 ms (``bench/rollout_concurrency.py``). 50,000
+#: allocations between young collections keeps a pause to a few ms of work; full collections
+#: still run (every 20 × 10 young ones, and CPython skips them until a quarter of the old
+#: objects is new), so cyclic garbage of finished episodes is still freed.
+WORKER_GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def configure_worker_process() -> None:
+    """Tune a process that does nothing but run episodes (a Ray rollout actor, a benchmark
+    worker), once its imports and setup are done: what exists now is moved out of the
+    collector's sight (``gc.freeze``) and the thresholds become :data:`WORKER_GC_THRESHOLDS`.
+    Not for processes that also train: a trainer's cyclic garbage may hold device memory."""
+    gc.freeze()
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
+
 
 def worker_concurrency(spec: AgentRLJobSpec, workers: int, index: int) -> int:
     """This worker's share of ``spec.sandbox.concurrency``: an even split, the remainder going
@@ -46,17 +66,28 @@ def worker_concurrency(spec: AgentRLJobSpec, workers: int, index: int) -> int:
     return split_concurrency(spec.sandbox.concurrency, workers, index)
 
 
+def engine_pool_size(spec: AgentRLJobSpec, concurrency: int) -> int:
+    """Connections of this worker's pool towards one engine: what one engine may get from the
+    whole job (:func:`~agentrl.engine.client.connection_pool_size`), but never more than this
+    worker's own episodes can have open (one LLM call each) plus the control connections."""
+    if concurrency == 0:
+        return CONTROL_CONNECTIONS
+    return min(connection_pool_size(spec), concurrency + CONTROL_CONNECTIONS)
+
+
 async def turn_tokenizer_for(client: EngineClient) -> TurnTokenizer:
-    """The turn tokenizer matching the engine's ``/get_model_info`` ``tokenizer_path``."""
+    """The turn tokenizer matching the engine's ``/get_model_info`` ``tokenizer_path``: the tiny
+    policy's word tokenizer, or the model's Hugging Face tokenizer and chat template
+    (:mod:`agentrl.rollout.hf_tokenizer`)."""
     from agentrl.engine.tokenizer import TOKENIZER_NAME
 
     info = await client.get_model_info()
     if info.tokenizer_path in (None, TOKENIZER_NAME):
         return WordTurnTokenizer()
-    raise NotImplementedError(
-        f"token-level episodes for tokenizer {info.tokenizer_path!r} need its chat template; "
-        "only the tiny policy's (agentrl:tiny) is wired so far"
-    )
+    from agentrl.rollout.hf_tokenizer import load_hf_turn_tokenizer
+
+    # Reads the tokenizer files and checks the template: off the event loop.
+    return await asyncio.to_thread(load_hf_turn_tokenizer, info.tokenizer_path)
 
 
 @contextlib.asynccontextmanager
@@ -71,16 +102,19 @@ async def open_rollout(
     worker_index: int = 0,
     tokenizer: TurnTokenizer | None = None,
     concurrency_source: ConcurrencySource | None = None,
+    engine_client: Callable[..., EngineClient] = EngineClient,
 ) -> AsyncIterator[RolloutScheduler]:
     """A running scheduler for this worker; engines closed and health loop stopped on exit.
 
     With ``concurrency_source`` (on a cluster: :func:`~agentrl.rollout.concurrency_source.
     source_for_worker`), the scheduler follows the in-effect concurrency the operator writes,
-    starting from the spec's figure until the source's first reading."""
+    starting from the spec's figure until the source's first reading. ``engine_client`` makes
+    the client of one engine (called like :class:`EngineClient`); for benchmarks, which time
+    calls and compare transports."""
     concurrency = worker_concurrency(spec, workers, worker_index)
-    pool_size = min(connection_pool_size(spec), concurrency + 4) if concurrency else 4
+    pool_size = engine_pool_size(spec, concurrency)
     clients = [
-        EngineClient(
+        engine_client(
             url, max_connections=pool_size, timeout_seconds=spec.rollout.llm_timeout_seconds
         )
         for url in engine_urls
