@@ -46,6 +46,13 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--trajectories", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument(
+        "--mini-batches",
+        type=int,
+        default=2,
+        help="trainer.algorithm.miniBatches: updates after the first are off-policy, so their "
+        "clip fraction (printed per step) shows the PPO clip acting on a GPU",
+    )
     args = parser.parse_args()
 
     from agentrl.api.rollout import ClassAction, TerminalClass
@@ -61,7 +68,12 @@ def main() -> None:
         "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
     )
     spec = TrainerSpec.model_validate(
-        {"backend": "megatron", "gpusPerNode": 1, "optimizer": {"lr": 1e-5}}
+        {
+            "backend": "megatron",
+            "gpusPerNode": 1,
+            "optimizer": {"lr": 1e-5},
+            "algorithm": {"miniBatches": args.mini_batches},
+        }
     )
     initialize_parallel(spec)
     work = Path(tempfile.mkdtemp(prefix="megatron-one-step-"))
@@ -127,6 +139,7 @@ def main() -> None:
                 "grad_norm": stats.grad_norm,
                 "ess": stats.loss_stats.ess,
                 "tokens": stats.loss_stats.tokens,
+                "clip_fraction": stats.loss_stats.clip_fraction,
             }
         )
     before = {k: v.detach().clone() for k, v in backend.model.named_parameters()}
