@@ -23,7 +23,10 @@ TEST_ID = "tests/test_app.py::test_value"
 
 
 class ScriptedEngine:
-    """Replies with the next text of ``script`` (the last one repeats); records every call."""
+    """Replies with the next text of ``script`` (the last one repeats); records every call.
+
+    The reply's ids are ``encode(text)`` plus ``end_id``, cut at ``max_new_tokens`` — by default
+    the tiny policy's word tokenizer and ``<eos>``; pass a model's own to script it."""
 
     def __init__(
         self,
@@ -33,8 +36,12 @@ class ScriptedEngine:
         latency: float = 0.0,
         gate: asyncio.Event | None = None,
         fail_calls: int = 0,
+        encode: Callable[[str], list[int]] | None = None,
+        end_id: int | None = None,
     ) -> None:
         self.script = script
+        self.encode = encode or get_tokenizer().encode
+        self.end_id = get_tokenizer().eos_id if end_id is None else end_id
         self.base_url = base_url
         self.latency = latency
         self.gate = gate
@@ -64,8 +71,7 @@ class ScriptedEngine:
             text = self.script(list(input_ids))
         else:
             text = self.script[min(len(self.inputs) - 1, len(self.script) - 1)]
-        tok = get_tokenizer()
-        ids = [*tok.encode(text), tok.eos_id][: sampling_params.max_new_tokens]
+        ids = [*self.encode(text), self.end_id][: sampling_params.max_new_tokens]
         finish = "stop" if len(ids) < sampling_params.max_new_tokens else "length"
         return GenerateResponse(
             text=text,

@@ -4,9 +4,8 @@ cannot guarantee it are refused at start-up, naming the problem and the manifest
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -14,11 +13,7 @@ from transformers import PreTrainedTokenizerFast
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
 from agentrl.engine.client import (
-    FinishReason,
-    GenerateResponse,
-    MetaInfo,
     ModelInfo,
-    SamplingParams,
 )
 from agentrl.rollout.agent import SYSTEM_PROMPT, TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
@@ -246,42 +241,15 @@ def test_a_saved_model_directory_loads_with_its_chat_template(
     )
 
 
-class HFScriptedEngine(ScriptedEngine):
-    """:class:`ScriptedEngine` whose output ids come from an HF tokenizer: the reply's ids
-    and ``<|im_end|>``, cut at ``max_new_tokens``."""
-
-    def __init__(self, tok: PreTrainedTokenizerFast, script: Sequence[str]) -> None:
-        super().__init__(script)
-        self.tok = tok
-
-    async def generate(
-        self,
-        input_ids: Sequence[int],
-        sampling_params: SamplingParams,
-        *,
-        rid: str | None = None,
-        timeout: float | None = None,
-    ) -> GenerateResponse:
-        scripted = await super().generate(input_ids, sampling_params, rid=rid, timeout=timeout)
-        text = scripted.text or ""
-        end = special(self.tok, "<|im_end|>")
-        ids = [*encode(self.tok, text), end][: sampling_params.max_new_tokens]
-        finish: Literal["stop", "length"] = "stop" if ids[-1] == end else "length"
-        return GenerateResponse(
-            text=text,
-            output_ids=ids,
-            meta_info=MetaInfo(
-                finish_reason=FinishReason(type=finish),
-                output_token_logprobs=[(LOGPROB, i, None) for i in ids],
-                weight_version="7",
-            ),
-        )
-
-
 async def test_the_token_agent_records_an_episode_in_the_models_chat_format(
     tok: PreTrainedTokenizerFast,
 ) -> None:
-    engine = HFScriptedEngine(tok, ["apply fix", "submit"])
+    # The engine answers in the model's ids: the reply's tokens, then <|im_end|>.
+    engine = ScriptedEngine(
+        ["apply fix", "submit"],
+        encode=lambda text: encode(tok, text),
+        end_id=special(tok, "<|im_end|>"),
+    )
     caps = EpisodeCaps(max_turns=10, max_trajectory_tokens=4096, max_tokens_per_turn=64)
     pool = EnginePool([engine])
     runner = EpisodeRunner(
