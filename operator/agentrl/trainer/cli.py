@@ -423,8 +423,8 @@ class TrainerDriver:
     """The driver as a Ray actor in its own bundle: :func:`drive` over rank 0's actor."""
 
     def where(self) -> dict[str, Any]:
-        """Where the driver runs (:func:`agentrl.trainer.placement.current_placement`)."""
-        from agentrl.trainer.placement import current_placement
+        """Where the driver runs (:func:`agentrl.rollout.ray_workers.current_placement`)."""
+        from agentrl.rollout.ray_workers import current_placement
 
         return current_placement().model_dump()
 

@@ -44,8 +44,6 @@ Strategies, and why:
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -260,42 +258,6 @@ def assign_ranks(plan: PlacementPlan, bundle_nodes: Mapping[int, str]) -> list[i
 
 
 # -- on a running Ray ------------------------------------------------------------------------
-
-
-class ActorPlacement(BaseModel):
-    """Where an actor runs, as Ray's raylet granted it (:func:`current_placement`)."""
-
-    placement_group_id: str | None
-    bundle_index: int | None
-    """From the names of the resources Ray granted the worker (``CPU_group_<i>_<pg>``)."""
-    node_id: str
-    pid: int
-    gpu_ids: list[str] = Field(default_factory=list)
-
-
-_GROUP_RESOURCE = re.compile(r"^[A-Za-z]+_group_(\d+)_([0-9a-f]+)$")
-
-
-def current_placement() -> ActorPlacement:
-    """Where the calling actor runs: its placement group and bundle as the raylet granted
-    them (not as the caller asked), its node, its process and its GPUs."""
-    import ray
-
-    context = ray.get_runtime_context()
-    bundle: int | None = None
-    # The raylet grants a bundle's resources under names carrying the bundle's index.
-    for name in context.worker.core_worker.resource_ids():
-        match = _GROUP_RESOURCE.match(name)
-        if match:
-            bundle = int(match.group(1))
-            break
-    return ActorPlacement(
-        placement_group_id=context.get_placement_group_id(),
-        bundle_index=bundle,
-        node_id=context.get_node_id(),
-        pid=os.getpid(),
-        gpu_ids=[str(g) for g in context.get_accelerator_ids().get("GPU", [])],
-    )
 
 
 def _cluster_offer() -> tuple[dict[str, float], dict[str, float]]:

@@ -54,8 +54,8 @@ class TrainerRank:
     # -- placement and setup -----------------------------------------------------------------
 
     def where(self) -> dict[str, Any]:
-        """Where this rank runs (:func:`agentrl.trainer.placement.current_placement`)."""
-        from agentrl.trainer.placement import current_placement
+        """Where this rank runs (:func:`agentrl.rollout.ray_workers.current_placement`)."""
+        from agentrl.rollout.ray_workers import current_placement
 
         return {"rank": self.rank, **current_placement().model_dump()}
 
