@@ -177,7 +177,6 @@ class ContextScanner:
         self.markers = set(tokenizer.role_ids.values())
         self.skip = {tokenizer.bos_id, tokenizer.pad_id}
         self.tokenizer = tokenizer
-        self.numbers = {tokenizer.token_id(n) for n in NUMBERS}
         self.segment: list[int] = []
         self.in_assistant = False
         self.turn_start = 0
@@ -204,9 +203,8 @@ class ContextScanner:
         policy that reads them memorises which edit fixed which training task instead of what
         the evidence says (measured: held-out edit choice at chance while the training tasks'
         rose to 0.43)."""
-        return sorted(
-            {t for t in segment if t not in self.numbers and not self.tokenizer.is_hashed(t)}
-        )
+        tok = self.tokenizer
+        return sorted({t for t in segment if not tok.is_number(t) and not tok.is_hashed(t)})
 
     def push(self, position: int, token: int) -> None:
         """Account for ``token`` at ``position``."""

@@ -134,6 +134,7 @@ class WordTokenizer:
         self.vocab: tuple[str, ...] = _build_vocab()
         self._ids: dict[str, int] = {word: i for i, word in enumerate(self.vocab)}
         self._bucket_base = len(self.vocab) - HASH_BUCKETS
+        self._number_ids = frozenset(self._ids[n] for n in NUMBERS)
         self.pad_id = self._ids[PAD]
         self.unk_id = self._ids[UNK]
         self.bos_id = self._ids[BOS]
@@ -161,6 +162,10 @@ class WordTokenizer:
     def is_hashed(self, token_id: int) -> bool:
         """Whether ``token_id`` is a hash bucket (a word outside the fixed vocabulary)."""
         return token_id >= self._bucket_base
+
+    def is_number(self, token_id: int) -> bool:
+        """Whether ``token_id`` is one of the integers spelled as a token of its own."""
+        return token_id in self._number_ids
 
     def encode(self, text: str) -> list[int]:
         """Split ``text`` into words, numbers and punctuation and map each to its id."""
