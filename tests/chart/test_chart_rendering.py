@@ -213,13 +213,50 @@ def test_monitoring_objects_render_only_when_enabled(
     ]
     assert monitor["spec"]["selector"]["matchLabels"] == (
         find(docs, "Service")["spec"]["selector"])
-    pods = find(docs, "PodMonitor")
+    pods = find(docs, "PodMonitor", "rel-agentrl-engines")
     # engine pods carry these labels (operator/agentrl/reconcile/labels.py) and a "watchdog" port
     assert pods["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/part-of": "agentrl", "app.kubernetes.io/component": "engine",
     }
     assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "watchdog"
     assert pods["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_trainer_pod_monitor_scrapes_the_drivers_metrics_port_on_rank_0_only(
+    helm: Helm,
+) -> None:
+    from agentrl.reconcile import trainer
+    from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX
+    from agentrl.reconcile.context import BuildContext
+    from tests.factories import make_job
+
+    docs = helm.template({"metrics": {"podMonitor": {
+        "enabled": True, "interval": "15s", "additionalLabels": {"release": "prom"},
+    }}, "watchNamespaces": ["team-a"]})
+    monitor = find(docs, "PodMonitor", "rel-agentrl-trainers")
+    assert monitor["metadata"]["namespace"] == "agentrl-system"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+
+    # what the operator builds: the selector picks trainer pods (not engines) by their labels,
+    # and the endpoint's port is one the trainer container names
+    job = make_job("swe", "team-a").with_trainer(nodes=2).obj()
+    template = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert selector == {
+        "app.kubernetes.io/part-of": "agentrl", "app.kubernetes.io/component": "trainer",
+    }
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+    assert endpoint["port"] == "metrics" and "metrics" in ports
+    assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "15s")
+    # Prometheus' name for the pod annotation Kubernetes sets to the completion index
+    meta = "__meta_kubernetes_pod_annotation_" + "".join(
+        c if c.isalnum() else "_" for c in ANNOTATION_JOB_COMPLETION_INDEX)
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": [meta], "regex": "0", "action": "keep"},
+    ]
 
 
 def _alerts(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

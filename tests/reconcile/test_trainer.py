@@ -69,6 +69,20 @@ def test_trainer_pod_rendezvous_env_and_interface_pinning():
     assert env["NCCL_IB_HCA"]["value"] == "ionic_0"
 
 
+def test_trainer_container_names_its_ports_and_tells_the_driver_where_to_serve_metrics():
+    job = _job()
+    pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # the chart's PodMonitor scrapes the port by its name, "metrics"
+    assert container["ports"] == [
+        {"name": "rendezvous", "containerPort": 29500},
+        {"name": "ray", "containerPort": 6379},
+        {"name": "metrics", "containerPort": 9401},
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AGENTRL_METRICS_PORT"] == {"name": "AGENTRL_METRICS_PORT", "value": "9401"}
+
+
 def test_unset_network_fields_leave_nccl_to_choose():
     job = make_job("swe").obj()
     env = trainer.trainer_env(job, BuildContext.for_job(job), attempt=0)

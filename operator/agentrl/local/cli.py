@@ -12,6 +12,9 @@ the job in this process.
 
 Ctrl-C stops cleanly: running episodes are cancelled, sandboxes closed, engines stopped, and
 the last finished step is checkpointed; ``--resume`` continues from it.
+
+``--metrics-port`` serves ``/metrics`` (:mod:`agentrl.rollout.metrics_export`) from the process
+that runs the job — the driver actor with Ray, this process without — for the run's duration.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -29,6 +32,9 @@ from rich.live import Live
 from rich.table import Table
 
 from agentrl.trainer.loop import StepRecord
+
+if TYPE_CHECKING:
+    from agentrl.rollout.metrics_export import MetricsServer
 
 
 def _table(records: list[StepRecord], phase: str, max_steps: int) -> Table:
@@ -58,7 +64,27 @@ def _read_steps(path: Path) -> list[StepRecord]:
     return [StepRecord.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _run_here(manifest: str, options_json: str, quiet: bool, console: Console) -> dict[str, Any]:
+def _serve_metrics(port: int | None) -> MetricsServer | None:
+    """Start ``/metrics`` on ``port`` (None: off); the server, or None."""
+    if port is None:
+        return None
+    from agentrl.rollout import metrics_export
+
+    try:
+        return metrics_export.serve(port)
+    except OSError as exc:
+        raise click.ClickException(
+            f"--metrics-port {port}: cannot serve metrics there ({exc.strerror or exc})"
+        ) from exc
+
+
+def _run_here(
+    manifest: str,
+    options_json: str,
+    quiet: bool,
+    console: Console,
+    metrics_port: int | None = None,
+) -> dict[str, Any]:
     from agentrl.api.validation import load_job
     from agentrl.local.report import write_report
     from agentrl.local.runner import RunOptions, run_local
@@ -89,6 +115,7 @@ def _run_here(manifest: str, options_json: str, quiet: bool, console: Console) -
     async def main() -> Any:
         return await run_local(job, options, on_step=on_step, on_phase=on_phase)
 
+    metrics_server = _serve_metrics(metrics_port)
     if live is not None:
         live.start()
     try:
@@ -96,6 +123,8 @@ def _run_here(manifest: str, options_json: str, quiet: bool, console: Console) -
     finally:
         if live is not None:
             live.stop()
+        if metrics_server is not None:
+            metrics_server.close()
     report_dir = options.run_dir / "report"
     summary = write_report(result, report_dir)
     return {"summary": summary, "report_dir": str(report_dir)}
@@ -108,6 +137,7 @@ def _run_in_ray(
     console: Console,
     num_cpus: int,
     placement_timeout: float,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
     import ray
 
@@ -131,7 +161,9 @@ def _run_in_ray(
         except placement.PlacementError as exc:
             raise click.ClickException(str(exc)) from exc
         try:
-            return _drive_placed(placed, manifest, options_json, quiet, console, options)
+            return _drive_placed(
+                placed, manifest, options_json, quiet, console, options, metrics_port
+            )
         finally:
             placed.remove()
     finally:
@@ -145,13 +177,14 @@ def _drive_placed(
     quiet: bool,
     console: Console,
     options: Any,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
     import ray
 
     from agentrl.trainer import placement
 
     job_actor = placement.start_driver(placed, _JobActor)
-    ref = job_actor.run.remote(manifest, options_json)
+    ref = job_actor.run.remote(manifest, options_json, metrics_port)
     try:
         steps_log = options.run_dir / "logs" / "steps.jsonl"
         with Live(console=console, refresh_per_second=1, transient=quiet) as live:
@@ -176,8 +209,10 @@ def _drive_placed(
 class _JobActor:
     """The job's driver as a Ray actor (in the driver's bundle of the trainer group)."""
 
-    def run(self, manifest: str, options_json: str) -> dict[str, Any]:
-        return _run_here(manifest, options_json, True, Console(stderr=True))
+    def run(
+        self, manifest: str, options_json: str, metrics_port: int | None = None
+    ) -> dict[str, Any]:
+        return _run_here(manifest, options_json, True, Console(stderr=True), metrics_port)
 
 
 @click.command("run")
@@ -235,6 +270,12 @@ class _JobActor:
     show_default=True,
     help="Seconds the local Ray may take to reserve the job's placement group.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve the run's Prometheus /metrics on this port (default: off).",
+)
 def run(
     file: Path,
     report_dir: Path | None,
@@ -249,6 +290,7 @@ def run(
     use_ray: bool | None,
     num_cpus: int | None,
     placement_timeout: float,
+    metrics_port: int | None,
 ) -> None:
     """Run an AgentRLJob manifest on this machine: local sandboxes, the CPU engine and the
     torch trainer, with held-out pass@1 measured before and after."""
@@ -292,9 +334,10 @@ def run(
                 console,
                 num_cpus or os.cpu_count() or 2,
                 placement_timeout,
+                metrics_port,
             )
         else:
-            out = _run_here(manifest, options.model_dump_json(), quiet, console)
+            out = _run_here(manifest, options.model_dump_json(), quiet, console, metrics_port)
     except KeyboardInterrupt:
         console.print("interrupted: the last finished step is checkpointed; --resume continues")
         raise SystemExit(130) from None

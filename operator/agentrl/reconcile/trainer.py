@@ -28,6 +28,7 @@ from agentrl.reconcile.constants import (
     ANNOTATION_TRAINER_ATTEMPT,
     RAY_HEAD_PORT,
     TRAINER_MASTER_PORT,
+    TRAINER_METRICS_PORT,
     Component,
 )
 from agentrl.reconcile.context import BuildContext
@@ -75,6 +76,7 @@ def trainer_env(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> list[dic
         {"name": "MASTER_ADDR", "value": master},
         {"name": "MASTER_PORT", "value": str(TRAINER_MASTER_PORT)},
         {"name": "RAY_HEAD_ADDRESS", "value": f"{master}:{RAY_HEAD_PORT}"},
+        {"name": "AGENTRL_METRICS_PORT", "value": str(TRAINER_METRICS_PORT)},
         {"name": "NNODES", "value": str(trainer.nodes)},
         {"name": "GPUS_PER_NODE", "value": str(trainer.gpus_per_node)},
         field_env("NODE_RANK", f"metadata.annotations['{ANNOTATION_JOB_COMPLETION_INDEX}']"),
@@ -117,6 +119,8 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
                 "ports": [
                     {"name": "rendezvous", "containerPort": TRAINER_MASTER_PORT},
                     {"name": "ray", "containerPort": RAY_HEAD_PORT},
+                    # the driver's /metrics (rank 0), scraped by the chart's PodMonitor
+                    {"name": "metrics", "containerPort": TRAINER_METRICS_PORT},
                 ],
                 "resources": gpu_resources(
                     cpu=trainer.cpu,
