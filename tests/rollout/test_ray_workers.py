@@ -1,27 +1,35 @@
-"""Episodes spread over Ray actors: each worker actor runs its own tasks' episodes, in its own
-process, with its share of the concurrency, against the real tiny engine over HTTP and local
-sandboxes."""
+"""Episodes run in Ray worker actors, scheduled by the driver: against the real tiny engine over
+HTTP and local sandboxes, in real worker processes.
+
+The driver (this test's event loop) holds the scheduler with the whole concurrency; each worker
+runs the episodes it is handed and streams the trajectories back."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentrl.api.rollout import TerminalClass
-from agentrl.rollout.ray_workers import RolloutWorkerConfig, init_ray, run_on_actors, split_tasks
+from agentrl.api.rollout import ClassAction, TerminalClass
+from agentrl.engine.client import CONTROL_CONNECTIONS
+from agentrl.rollout.ray_workers import (
+    RemoteEpisodes,
+    RolloutWorkerConfig,
+    init_ray,
+    open_remote_rollout,
+    run_on_actors,
+    start_workers,
+)
 from agentrl.rollout.tasks import generate_toy_tasks
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Ray starts slowly on 2 busy cores
 
-def test_tasks_are_dealt_whole_and_round_robin() -> None:
-    tasks = generate_toy_tasks()[:5]
-    shares = split_tasks(tasks, 2)
-    assert [[t.id for t in share] for share in shares] == [
-        [tasks[0].id, tasks[2].id, tasks[4].id],
-        [tasks[1].id, tasks[3].id],
-    ]
+MAX_RUNNING = 8
 
 
 @pytest.fixture(scope="module")
@@ -32,65 +40,165 @@ def ray_cluster() -> Iterator[None]:
     ray.shutdown()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)  # starting Ray takes a minute on a busy 2-core host
-async def test_two_worker_actors_each_run_their_own_episodes_in_their_own_process(
-    ray_cluster: None, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def engine_url() -> AsyncIterator[str]:
     pytest.importorskip("torch", reason="the tiny engine needs the training extra")
     from aiohttp.test_utils import TestServer
 
     from agentrl.engine import tiny
     from agentrl.engine.tiny_server import TinyEngine, build_app
 
-    model = tiny.initial_policy(0)
+    model = tiny.initial_policy(0, steps=50)
     server = TestServer(
         build_app(TinyEngine(model, model_path="tiny", context_length=4096)), host="127.0.0.1"
     )
     await server.start_server()
-    job = {
+    yield str(server.make_url("/")).rstrip("/")
+    await server.close()
+
+
+def _config(url: str, tmp_path: Path, *, infra_retries: int = 1) -> RolloutWorkerConfig:
+    job: dict[str, Any] = {
         "apiVersion": "agentrl.dev/v1alpha1",
         "kind": "AgentRLJob",
         "metadata": {"name": "toy"},
         "spec": {
             "model": {"source": {"path": "tiny"}},
-            "inference": {"contextLength": 4096},
+            "inference": {"contextLength": 4096, "maxRunningRequests": MAX_RUNNING},
             "rollout": {
                 "groupSize": 2,
                 "maxTurns": 2,
                 "maxTrajectoryTokens": 4096,
                 "maxTokensPerTurn": 8,
                 "workers": 2,
+                "failurePolicy": {"infraRetries": infra_retries, "infraRetryBackoffSeconds": 0},
             },
             "sandbox": {"provider": "local", "concurrency": 4},
         },
     }
-    tasks = generate_toy_tasks()[:2]
-    try:
-        results = await run_on_actors(
-            RolloutWorkerConfig(
-                job=job,
-                engine_urls=[str(server.make_url("/")).rstrip("/")],
-                workers=2,
-                sandbox_dir=str(tmp_path),
-            ),
-            tasks,
-        )
-    finally:
-        await server.close()
+    return RolloutWorkerConfig(job=job, engine_urls=[url], workers=2, sandbox_dir=str(tmp_path))
 
-    assert [r.worker_index for r in results] == [0, 1]
-    # two processes, neither of them this one
-    pids = {r.pid for r in results}
-    assert len(pids) == 2 and os.getpid() not in pids
-    for result, task in zip(results, tasks, strict=True):
-        # worker i got task i, whole: its group of 2 episodes
-        assert [t.task_id for t in result.trajectories] == [task.id, task.id]
-        assert len({t.group_id for t in result.trajectories}) == 1
-        # concurrency 4 over 2 workers: 2 each, and both of a group's episodes ran at once
-        assert result.concurrency == 2
-        assert result.peak_in_flight == 2
-        for t in result.trajectories:
-            assert t.terminal_class in (TerminalClass.COMPLETED, TerminalClass.TRUNCATED)
-            assert t.reward in (0.0, 1.0)
-            assert 1 <= len(t.turns) <= 2
+
+def _spec(config: RolloutWorkerConfig) -> Any:
+    from agentrl.api import AgentRLJob
+
+    return AgentRLJob.model_validate(config.job).spec
+
+
+async def test_two_workers_run_the_episodes_the_driver_schedules_and_stream_them_back(
+    ray_cluster: None, engine_url: str, tmp_path: Path
+) -> None:
+    tasks = generate_toy_tasks()[:4]  # 4 groups of 2: 8 episodes at concurrency 4
+    run = await run_on_actors(_config(engine_url, tmp_path), tasks)
+
+    assert len(run.trajectories) == 8
+    assert Counter(t.task_id for t in run.trajectories) == {t.id: 2 for t in tasks}
+    assert all(n == 2 for n in Counter(t.group_id for t in run.trajectories).values())
+    for t in run.trajectories:
+        assert t.terminal_class in (TerminalClass.COMPLETED, TerminalClass.TRUNCATED)
+        assert t.reward in (0.0, 1.0)
+        assert 1 <= len(t.turns) <= 2
+    # two processes, neither of them this one, and both ran episodes
+    assert [w.worker_index for w in run.workers] == [0, 1]
+    assert len({w.pid for w in run.workers}) == 2 and os.getpid() not in {
+        w.pid for w in run.workers
+    }
+    assert sum(w.episodes for w in run.workers) == 8
+    assert all(w.episodes > 0 for w in run.workers)
+    # least outstanding first: 4 in flight over 2 workers never puts 3 on one
+    assert all(1 <= w.peak_in_flight <= 2 for w in run.workers)
+    # each worker's pool towards the engine: 2 × maxRunningRequests + the control connections
+    assert all(w.engine_pool_size == 2 * MAX_RUNNING + CONTROL_CONNECTIONS for w in run.workers)
+    # Streaming: the driver holds at most 4 episodes, so the fifth to start could only start
+    # once a finished trajectory had reached the driver.
+    starts = sorted(t.timings.started_at for t in run.trajectories)
+    first_finish = min(t.timings.finished_at for t in run.trajectories)
+    assert starts[4] >= first_finish
+
+
+async def _run_killing_worker_zero(config: RolloutWorkerConfig) -> tuple[list[Any], Any, int]:
+    """8 episodes; worker 0 is killed as soon as it holds an episode after the first
+    trajectory arrived. The trajectories, the runner, and what worker 0 held then."""
+    import ray
+
+    spec = _spec(config)
+    actors = start_workers(config)
+    episodes = RemoteEpisodes(actors, spec)
+    got = []
+    held = 0
+    try:
+        async with open_remote_rollout(spec, episodes, tasks=generate_toy_tasks()[:4]) as scheduler:
+            async for trajectory in scheduler.trajectories():
+                got.append(trajectory)
+                if not held:
+                    for _ in range(200):  # the scheduler refills at once; wait for worker 0
+                        if episodes.outstanding()[0]:
+                            break
+                        await asyncio.sleep(0.01)
+                    held = episodes.outstanding()[0]
+                    ray.kill(actors[0], no_restart=True)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return got, episodes, held
+
+
+async def test_a_dead_workers_episodes_fail_over_to_the_live_one(
+    ray_cluster: None, engine_url: str, tmp_path: Path
+) -> None:
+    got, episodes, held = await _run_killing_worker_zero(_config(engine_url, tmp_path))
+    assert held > 0
+    assert episodes.alive == 1
+    assert episodes.lost_episodes >= 1  # what worker 0 held did not come back from it
+    # ... and was run again on worker 1 (one retry allowed): every episode ended normally
+    assert len(got) == 8
+    assert all(t.terminal_class != TerminalClass.INFRA_ERROR for t in got)
+    assert all(t.reward in (0.0, 1.0) for t in got)
+    assert any(t.attempt == 1 for t in got)  # the retried ones say so
+
+
+async def test_without_retries_a_dead_workers_episodes_are_infra_errors_never_rewards(
+    ray_cluster: None, engine_url: str, tmp_path: Path
+) -> None:
+    config = _config(engine_url, tmp_path, infra_retries=0)
+    got, episodes, held = await _run_killing_worker_zero(config)
+    assert held > 0
+    assert len(got) == 8
+    lost = [t for t in got if t.terminal_class == TerminalClass.INFRA_ERROR]
+    assert len(lost) == episodes.lost_episodes >= 1
+    for t in lost:
+        assert t.reward is None
+        assert t.training_action == ClassAction.DROP
+        assert t.infra_reason is not None
+        assert t.infra_reason.startswith("rollout_worker: worker 0 died")
+    assert all(t.reward in (0.0, 1.0) for t in got if t not in lost)
+
+
+async def test_cancelling_the_scheduler_cancels_the_episodes_in_the_workers(
+    ray_cluster: None, engine_url: str, tmp_path: Path
+) -> None:
+    import ray
+
+    config = _config(engine_url, tmp_path)
+    spec = _spec(config)
+    actors = start_workers(config)
+    episodes = RemoteEpisodes(actors, spec)
+    try:
+        async with open_remote_rollout(spec, episodes, tasks=generate_toy_tasks()[:8]) as scheduler:
+            for _ in range(500):
+                if sum(episodes.outstanding()) == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert sum(episodes.outstanding()) == 4
+            await scheduler.cancel()
+            assert episodes.outstanding() == [0, 0]
+            in_flight: list[int] = []
+            for _ in range(100):  # the cancels travel in the next flush
+                in_flight = [s["in_flight"] for s in ray.get([a.stats.remote() for a in actors])]
+                if in_flight == [0, 0]:
+                    break
+                await asyncio.sleep(0.05)
+            assert in_flight == [0, 0]
+    finally:
+        for actor in actors:
+            ray.kill(actor)

@@ -190,9 +190,10 @@ def test_rank_zeros_actor_steps_the_torch_backend_as_the_driver_would_in_process
 def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     local_ray: None, tmp_path: Path
 ) -> None:
-    """``agentrl trainer``'s Ray path on one machine: rank 0 and the driver as actors in their
-    bundles, two steps of two mini-batches against a real tiny engine, weights pushed from rank
-    0 to the engine, checkpoints written."""
+    """``agentrl trainer``'s Ray path on one machine: rank 0, the driver and a rollout worker
+    as actors in their bundles, two steps of two mini-batches against a real tiny engine, the
+    episodes run by the rollout worker, weights pushed from rank 0 to the engine, checkpoints
+    written."""
     import json
     import re
     import subprocess
@@ -239,7 +240,7 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
         config = TrainerConfig(
             job=job, runtime=runtime, env=TrainerEnv(checkpoint_dir=tmp_path / "ckpt")
         )
-        placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=False)
+        placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=True)
         try:
             built = run_placed(config, placed)
         finally:
@@ -253,6 +254,10 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     assert built.weight_sync == "RemoteWeightSync"
     steps = (tmp_path / "ckpt" / "trainer" / "steps.jsonl").read_text().splitlines()
     records = [StepRecord.model_validate_json(line) for line in steps]
+    # the quickstart's one rollout worker ran the episodes, in its own process
+    [worker] = built.rollout_workers
+    assert worker["worker_index"] == 0 and worker["pid"] not in (0, os.getpid())
+    assert worker["episodes"] >= sum(r.trajectories for r in records) == 16
     assert [r.step for r in records] == [1, 2]
     assert [r.weight_version for r in records] == [1, 2]
     assert str(served["weight_version"]) == "2"

@@ -174,11 +174,17 @@ async def follow(
     scheduler: ConcurrencyTarget,
     *,
     worker_index: int = 0,
+    whole: bool = False,
 ) -> None:
-    """Apply each in-effect figure's share to ``scheduler``, until cancelled."""
+    """Apply each in-effect figure's share to ``scheduler``, until cancelled; ``whole``: the
+    whole figure (the driver's scheduler when the workers only run what it hands them)."""
     applied: int | None = None
     async for figures in source.changes():
-        share = split_concurrency(figures.concurrency, figures.workers, worker_index)
+        share = (
+            figures.concurrency
+            if whole
+            else split_concurrency(figures.concurrency, figures.workers, worker_index)
+        )
         if share != applied:
             scheduler.set_concurrency(share)
             applied = share

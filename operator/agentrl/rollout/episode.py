@@ -202,10 +202,13 @@ class EpisodeRunner:
         _record(trajectory)
         return trajectory
 
-    async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
-        """An episode with its infra-error retries; the last attempt's trajectory."""
+    async def run(
+        self, task: Task, *, group_id: str, policy_version: int, attempt: int = 0
+    ) -> Trajectory:
+        """An episode with its infra-error retries; the last attempt's trajectory.
+        ``attempt``: attempts already spent elsewhere (a rollout worker that died with the
+        episode), which count against the same ``infraRetries`` budget."""
         policy = self.failure_policy
-        attempt = 0
         while True:
             trajectory = await self.run_attempt(
                 task, group_id=group_id, policy_version=policy_version, attempt=attempt

@@ -1,40 +1,69 @@
-"""Episodes spread over processes: one Ray actor per rollout worker.
+"""Episodes spread over processes: Ray actors run them, the driver schedules and collects.
 
 One asyncio loop keeps thousands of episodes in flight, but it is one core: JSON, tokenisation
-and TLS of every LLM call and exec would queue behind each other. So the rollout tier runs as
-``spec.rollout.workers`` Ray actors (on a cluster, placed on the rollout worker pods that joined
-the trainer's Ray head), each a :class:`RolloutWorker` running :func:`~agentrl.rollout.runtime.
-open_rollout` with its share of the concurrency (:func:`~agentrl.rollout.concurrency_source.
-split_concurrency`) and, where the ConfigMap is mounted, following the in-effect figure itself.
+and TLS of every LLM call and exec would queue behind each other. So on a cluster the episodes
+run in ``spec.rollout.workers`` :class:`RolloutWorker` actors (placed on the rollout worker pods
+that joined the trainer's Ray head), while the driver keeps what must be one: the
+:class:`~agentrl.rollout.scheduler.RolloutScheduler` with the job's whole concurrency, the
+trainer's admission control (staleness), the task order and the long-tail batches.
 
-A worker's tasks are given whole (round-robin by task), so a GRPO group never straddles two
-workers. Everything crossing the process boundary is a pydantic model dumped to JSON-able
-dicts (the job manifest, tasks, trajectories): no live objects are pickled.
+The split, per episode:
 
-Limits, on purpose for now: :func:`run_on_actors` returns when every worker has finished its
-tasks (no streaming of trajectories to the trainer as they finish), and a worker that dies loses
-its unfinished episodes (its sandbox pods are reaped by the next incarnation's first create).
+* the scheduler admits it and calls :meth:`RemoteEpisodes.run`, which gives it to the live
+  worker with the fewest outstanding episodes (ties: the lowest index) — orders made in one
+  turn of the driver's loop travel in one ``submit`` call per worker;
+* the worker runs it to the end (sandbox, LLM calls, tools, verifier, infra retries) with
+  :func:`~agentrl.rollout.runtime.open_episode_runner`;
+* each worker's collector in the driver long-polls ``collect``, which answers as soon as one
+  episode finished (or after :data:`COLLECT_WAIT_SECONDS`) with every finished trajectory and
+  a snapshot of the worker's metrics — so trajectories *stream* to the trainer as they finish,
+  a batch per call.
 
-Placement: the actors go where the caller's scheduling strategies put them — the bundles of
-the job's rollout placement group when started by :func:`agentrl.trainer.placement.
-start_rollout_workers` (the same code places the trainer ranks and the driver).
+Nothing caps episodes per worker but the driver's concurrency (an actor's ``max_concurrency``
+only bounds its concurrent method calls, and a worker gets three: submit, collect, cancel).
+A worker's engine pools are sized by :func:`~agentrl.rollout.runtime.remote_worker_pool_size`.
+
+A worker that dies (its pod evicted, OOM) fails its outstanding episodes over to the live
+workers, within ``rollout.failurePolicy.infraRetries``; past it, or with no worker left alive,
+they end as ``infra_error`` trajectories with reason ``rollout_worker`` (never scored). The
+dead worker's sandbox pods are reaped by the kubernetes provider's next create with the same
+worker id. With every worker dead the scheduler's episodes keep failing and the trainer stops
+with the reason logged.
+
+Everything crossing the process boundary is a pydantic model dumped to JSON (the job manifest,
+tasks, trajectories): no live objects are pickled.
 
 ``ray`` is the ``ray`` extra and is imported only here, inside the functions that need it.
-Callers: the trainer's driver, tests.
+Callers: the trainer's driver (:mod:`agentrl.trainer.cli`), tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
+import itertools
+import logging
 import os
 import re
-from collections.abc import Sequence
-from typing import Any
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl.api.job import AgentRLJobSpec
+from agentrl.api.rollout import FailurePolicy, TerminalClass
+from agentrl.rollout import metrics
+from agentrl.rollout.admission import Admission
+from agentrl.rollout.concurrency_source import ConcurrencySource
+from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks.model import Task
-from agentrl.rollout.trajectory import Trajectory
+from agentrl.rollout.trajectory import Timings, Trajectory, training_action
+
+logger = logging.getLogger(__name__)
 
 
 class ActorPlacement(BaseModel):
@@ -73,8 +102,18 @@ def current_placement() -> ActorPlacement:
     )
 
 
+#: Longest a worker's ``collect`` waits for a first finished episode before answering empty;
+#: bounds how late the driver notices a worker it no longer needs (and how often an idle
+#: worker's metrics refresh). A finished episode answers at once.
+COLLECT_WAIT_SECONDS: Final = 5.0
+#: Seconds between two metric snapshots a worker attaches to ``collect`` answers.
+METRICS_SNAPSHOT_SECONDS: Final = 5.0
+#: The infra-error category of an episode lost with its worker.
+WORKER_LOST: Final = "rollout_worker"
+
+
 class RolloutWorkerConfig(BaseModel):
-    """What every worker actor needs to build its rollout tier."""
+    """What every worker actor needs to run episodes."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,29 +122,77 @@ class RolloutWorkerConfig(BaseModel):
     engine_urls: list[str] = Field(min_length=1)
     """Base URLs of the inference engines."""
     workers: int = Field(ge=1)
-    """Worker actors the job's concurrency is split over."""
+    """Worker actors to start (``spec.rollout.workers``)."""
     namespace: str | None = None
     """Namespace of sandbox pods (provider ``kubernetes``); the job's by default."""
     kubeconfig: str | None = None
     """Kubeconfig for the provider; None: in-cluster ServiceAccount or ``$KUBECONFIG``."""
-    runtime_file: str | None = None
-    """The mounted ``runtime.yaml`` to follow the in-effect concurrency from; None: keep the
-    spec's figure."""
     sandbox_dir: str | None = None
     """Parent directory of ``local`` sandboxes; None: the system's temporary directory."""
+    parts: str | None = None
+    """``module:function`` building a worker's :class:`WorkerParts` from (this config, the
+    worker's index), imported in the worker; None: the spec's sandbox provider, the engine
+    clients and tokenizer the engines report. For benchmarks and tests that put fakes in."""
 
 
-class WorkerResult(BaseModel):
-    """What one worker actor hands back."""
+class WorkerParts(BaseModel):
+    """What a worker runs episodes with, when :attr:`RolloutWorkerConfig.parts` builds it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider: Any
+    """A :class:`~agentrl.sandbox.provider.SandboxProvider` (closed by the worker)."""
+    tokenizer: Any = None
+    """A :class:`~agentrl.rollout.agent.TurnTokenizer`; None asks the engines."""
+    engine_client: Any = None
+    """Called like :class:`~agentrl.engine.client.EngineClient`; None: that class."""
+
+
+class EpisodeOrder(BaseModel):
+    """Driver → worker: run one episode."""
+
+    key: int
+    """The driver's number for it (answers and cancels name it)."""
+    task: Task
+    group_id: str
+    policy_version: int
+    attempt: int = 0
+    """Attempts already spent on it (on workers that died)."""
+
+
+class EpisodeDone(BaseModel):
+    """Worker → driver: one finished episode."""
+
+    key: int
+    trajectory: str | None = None
+    """The :class:`Trajectory` as JSON; None when the worker failed to run it (``error``)."""
+    error: str | None = None
+
+
+class Collected(BaseModel):
+    """A worker's answer to ``collect``."""
+
+    done: list[EpisodeDone] = Field(default_factory=list)
+    in_flight: int
+    """Episodes running in the worker after these."""
+    metrics: list[dict[str, Any]] | None = None
+    """A snapshot of the worker's metrics (:func:`agentrl.rollout.metrics_export.snapshot`),
+    every :data:`METRICS_SNAPSHOT_SECONDS`; None in between."""
+
+
+class WorkerStats(BaseModel):
+    """What a worker actor reports about itself."""
 
     worker_index: int
     pid: int
     """The actor's process (the episodes really ran outside the driver)."""
-    concurrency: int
-    """The worker's share of the concurrency when it finished."""
-    peak_in_flight: int
-    """Most episodes the worker had in flight at once."""
-    trajectories: list[Trajectory]
+    episodes: int = 0
+    """Episodes it finished."""
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    """Most episodes it had in flight at once."""
+    engine_pool_size: int = 0
+    """Connections of its pool towards each engine."""
 
 
 class RolloutWorker:
@@ -114,52 +201,140 @@ class RolloutWorker:
     def __init__(self, config: dict[str, Any], index: int) -> None:
         self.config = RolloutWorkerConfig.model_validate(config)
         self.index = index
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._runner: Any = None
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._ready: list[EpisodeDone] = []
+        self._wake: asyncio.Event | None = None
+        self._snapshot_at = 0.0
+        self._stats = WorkerStats(worker_index=index, pid=os.getpid())
 
     def where(self) -> dict[str, Any]:
         """Where this actor runs (placement group, bundle, node, process)."""
         return current_placement().model_dump()
 
-    async def run(self, tasks: list[dict[str, Any]]) -> dict[str, Any]:
-        """Run ``tasks`` (groups of ``rollout.groupSize`` episodes each) to the end."""
+    async def open(self) -> dict[str, Any]:
+        """Build the sandbox provider, engine clients and episode runner; :class:`WorkerStats`."""
         from agentrl.api import AgentRLJob
-        from agentrl.rollout.concurrency_source import RuntimeFileSource
-        from agentrl.rollout.runtime import configure_worker_process, open_rollout
+        from agentrl.rollout.runtime import (
+            configure_worker_process,
+            open_episode_runner,
+            remote_worker_pool_size,
+        )
         from agentrl.sandbox import open_provider
 
-        configure_worker_process()  # this actor's process only runs episodes
+        if self._stack is not None:
+            return self._stats.model_dump()
         config = self.config
         job = AgentRLJob.model_validate(config.job)
-        provider = open_provider(
-            job.spec.sandbox,
-            job=job,
-            namespace=config.namespace,
-            worker_id=f"{job.metadata.name}-rollout-{self.index}",
-            kubeconfig=config.kubeconfig,
-            local_base_dir=config.sandbox_dir,
-        )
-        source = RuntimeFileSource(config.runtime_file) if config.runtime_file else None
-        trajectories: list[Trajectory] = []
+        stack = contextlib.AsyncExitStack()
+        if config.parts is not None:
+            module, _, name = config.parts.partition(":")
+            parts = getattr(importlib.import_module(module), name)(config, self.index)
+        else:
+            parts = WorkerParts(
+                provider=open_provider(
+                    job.spec.sandbox,
+                    job=job,
+                    namespace=config.namespace,
+                    worker_id=f"{job.metadata.name}-rollout-{self.index}",
+                    kubeconfig=config.kubeconfig,
+                    local_base_dir=config.sandbox_dir,
+                )
+            )
+        stack.push_async_callback(parts.provider.aclose)
+        pool_size = remote_worker_pool_size(job.spec)
+        clients = {} if parts.engine_client is None else {"engine_client": parts.engine_client}
         try:
-            async with open_rollout(
-                job.spec,
-                provider=provider,
-                engine_urls=config.engine_urls,
-                tasks=[Task.model_validate(t) for t in tasks],
-                workers=config.workers,
-                worker_index=self.index,
-                concurrency_source=source,
-            ) as scheduler:
-                async for trajectory in scheduler.trajectories():
-                    trajectories.append(trajectory)
+            self._runner = await stack.enter_async_context(
+                open_episode_runner(
+                    job.spec,
+                    provider=parts.provider,
+                    engine_urls=config.engine_urls,
+                    pool_size=pool_size,
+                    tokenizer=parts.tokenizer,
+                    **clients,
+                )
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._wake = asyncio.Event()
+        self._stats.engine_pool_size = pool_size
+        configure_worker_process()  # this actor's process only runs episodes
+        return self._stats.model_dump()
+
+    async def submit(self, orders: list[dict[str, Any]]) -> int:
+        """Start these episodes; the number now in flight."""
+        if self._runner is None:
+            raise RuntimeError("submit before open")
+        for raw in orders:
+            order = EpisodeOrder.model_validate(raw)
+            self._running[order.key] = asyncio.create_task(self._episode(order))
+        self._stats.peak_in_flight = max(self._stats.peak_in_flight, len(self._running))
+        return len(self._running)
+
+    async def _episode(self, order: EpisodeOrder) -> None:
+        try:
+            trajectory = await self._runner.run(
+                order.task,
+                group_id=order.group_id,
+                policy_version=order.policy_version,
+                attempt=order.attempt,
+            )
+            done = EpisodeDone(key=order.key, trajectory=trajectory.model_dump_json())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the runner classifies failures itself; this is a bug
+            done = EpisodeDone(key=order.key, error=f"{type(exc).__name__}: {exc}")
         finally:
-            await provider.aclose()
-        return WorkerResult(
-            worker_index=self.index,
-            pid=os.getpid(),
-            concurrency=scheduler.concurrency,
-            peak_in_flight=scheduler.peak_in_flight,
-            trajectories=trajectories,
-        ).model_dump(mode="json")
+            self._running.pop(order.key, None)
+        self._stats.episodes += 1
+        self._ready.append(done)
+        assert self._wake is not None
+        self._wake.set()
+
+    async def collect(self, wait_seconds: float = COLLECT_WAIT_SECONDS) -> dict[str, Any]:
+        """Every finished episode not collected yet, waiting up to ``wait_seconds`` for the
+        first (:class:`Collected`)."""
+        if not self._ready and self._wake is not None:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_seconds):
+                    await self._wake.wait()
+        done, self._ready = self._ready, []
+        snapshot = None
+        now = time.monotonic()
+        if now - self._snapshot_at >= METRICS_SNAPSHOT_SECONDS:
+            from agentrl.rollout.metrics_export import snapshot as take_snapshot
+
+            snapshot = take_snapshot()
+            self._snapshot_at = now
+        return Collected(done=done, in_flight=len(self._running), metrics=snapshot).model_dump()
+
+    async def cancel(self, keys: list[int]) -> None:
+        """Cancel these episodes (their sandboxes are closed); no answer comes for them."""
+        for key in keys:
+            task = self._running.get(key)
+            if task is not None:
+                task.cancel()
+
+    def stats(self) -> dict[str, Any]:
+        """:class:`WorkerStats` now."""
+        return self._stats.model_copy(update={"in_flight": len(self._running)}).model_dump()
+
+    async def close(self) -> dict[str, Any]:
+        """Cancel what still runs, close engines and provider; the final :class:`WorkerStats`."""
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None
+            self._runner = None
+        return self.stats()
 
 
 def init_ray(*, num_cpus: int, address: str | None = None) -> None:
@@ -180,11 +355,6 @@ def init_ray(*, num_cpus: int, address: str | None = None) -> None:
         # memory to the sandboxes.
         object_store_memory=100 * 1024 * 1024,
     )
-
-
-def split_tasks(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
-    """Whole tasks, round-robin: worker ``i`` gets tasks ``i, i + workers, ...``."""
-    return [list(tasks[index::workers]) for index in range(workers)]
 
 
 def start_workers(
@@ -213,26 +383,309 @@ def start_workers(
     ]
 
 
+# -- the driver's side -----------------------------------------------------------------------
+
+
+class _Lost(Exception):
+    """The worker running an episode died before answering."""
+
+
+@dataclass
+class _Worker:
+    index: int
+    actor: Any
+    alive: bool = True
+    outstanding: int = 0
+    orders: list[dict[str, Any]] = field(default_factory=list)
+    cancels: list[int] = field(default_factory=list)
+    flushing: bool = False
+    pid: int = 0
+    collector: asyncio.Task[None] | None = None
+
+
+class RemoteEpisodes:
+    """The scheduler's episode runner when episodes run in worker actors (see the module's
+    docstring). Use through :func:`open_remote_rollout`, or ``await start()`` … ``await
+    aclose()``."""
+
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        spec: AgentRLJobSpec,
+        *,
+        collect_wait_seconds: float = COLLECT_WAIT_SECONDS,
+        on_metrics: Callable[[str, list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        if not actors:
+            raise ValueError("no rollout worker actors")
+        self.spec = spec
+        self.collect_wait_seconds = collect_wait_seconds
+        self.on_metrics = on_metrics
+        """Called with (worker index as a string, snapshot) as snapshots arrive: the driver's
+        :meth:`agentrl.rollout.metrics_export.WorkerMetrics.update`."""
+        self.workers = [_Worker(index, actor) for index, actor in enumerate(actors)]
+        self._pending: dict[int, tuple[_Worker, asyncio.Future[Trajectory]]] = {}
+        self._keys = itertools.count()
+        self.lost_episodes = 0
+        """Episodes whose worker died while running them (each retried or dropped)."""
+        self.final_stats: list[WorkerStats] = []
+        """Each worker's last :class:`WorkerStats`, once :meth:`aclose` ran."""
+
+    @property
+    def alive(self) -> int:
+        """Workers still alive."""
+        return sum(w.alive for w in self.workers)
+
+    def outstanding(self) -> list[int]:
+        """Episodes each worker holds for the driver, by worker index."""
+        return [w.outstanding for w in self.workers]
+
+    async def start(self) -> list[WorkerStats]:
+        """Open every worker (engines, provider) and start collecting."""
+        stats = [
+            WorkerStats.model_validate(s)
+            for s in await asyncio.gather(*(w.actor.open.remote() for w in self.workers))
+        ]
+        for worker, stat in zip(self.workers, stats, strict=True):
+            worker.pid = stat.pid
+            worker.collector = asyncio.create_task(
+                self._collect(worker), name=f"rollout-collector-{worker.index}"
+            )
+        metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
+        return stats
+
+    async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
+        """One episode on a worker; a lost worker's episode is retried on another within
+        ``rollout.failurePolicy.infraRetries``, then ends as an ``infra_error``."""
+        policy = self.spec.rollout.failure_policy
+        started = time.time()
+        attempt = 0
+        while True:
+            worker = self._pick()
+            if worker is None:
+                reason = "no rollout worker is alive"
+            else:
+                try:
+                    return await self._dispatch(worker, task, group_id, policy_version, attempt)
+                except _Lost as lost:
+                    reason = str(lost)
+            self.lost_episodes += 1
+            if worker is None or attempt >= policy.infra_retries:
+                metrics.INFRA_DROPPED.labels(WORKER_LOST).inc()
+                return lost_trajectory(
+                    task, group_id, policy_version, attempt, reason, policy, started
+                )
+            metrics.INFRA_RETRIES.labels(WORKER_LOST).inc()
+            attempt += 1
+
+    def _pick(self) -> _Worker | None:
+        live = [w for w in self.workers if w.alive]
+        return min(live, key=lambda w: (w.outstanding, w.index)) if live else None
+
+    async def _dispatch(
+        self, worker: _Worker, task: Task, group_id: str, policy_version: int, attempt: int
+    ) -> Trajectory:
+        key = next(self._keys)
+        future: asyncio.Future[Trajectory] = asyncio.get_running_loop().create_future()
+        self._pending[key] = (worker, future)
+        worker.outstanding += 1
+        order = EpisodeOrder(
+            key=key, task=task, group_id=group_id, policy_version=policy_version, attempt=attempt
+        )
+        worker.orders.append(order.model_dump(mode="json"))
+        self._kick(worker)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(key, None) is not None:
+                worker.outstanding -= 1
+                unsent = [o for o in worker.orders if o["key"] != key]
+                if len(unsent) == len(worker.orders):
+                    worker.cancels.append(key)  # already sent: the worker cancels it
+                    self._kick(worker)
+                worker.orders = unsent
+            raise
+
+    def _kick(self, worker: _Worker) -> None:
+        if not worker.flushing and worker.alive:
+            worker.flushing = True
+            asyncio.get_running_loop().create_task(self._flush(worker))
+
+    async def _flush(self, worker: _Worker) -> None:
+        """Send a worker's orders and cancels, batched: everything queued in this turn of the
+        loop (and while a previous call was in flight) goes in one call each."""
+        import ray
+
+        try:
+            await asyncio.sleep(0)
+            while worker.alive and (worker.orders or worker.cancels):
+                orders, worker.orders = worker.orders, []
+                cancels, worker.cancels = worker.cancels, []
+                try:
+                    if orders:
+                        await worker.actor.submit.remote(orders)
+                    if cancels:
+                        await worker.actor.cancel.remote(cancels)
+                except ray.exceptions.RayActorError as exc:
+                    self._lose(worker, exc)
+        finally:
+            worker.flushing = False
+
+    async def _collect(self, worker: _Worker) -> None:
+        import ray
+
+        while worker.alive:
+            try:
+                raw = await worker.actor.collect.remote(self.collect_wait_seconds)
+                collected = Collected.model_validate(raw)
+            except ray.exceptions.RayActorError as exc:
+                self._lose(worker, exc)
+                return
+            except Exception as exc:  # an answer we cannot read: the worker is no use
+                logger.exception("rollout worker %d answered collect wrongly", worker.index)
+                self._lose(worker, exc)
+                return
+            for done in collected.done:
+                entry = self._pending.pop(done.key, None)
+                if entry is None:  # cancelled meanwhile
+                    continue
+                worker.outstanding -= 1
+                future = entry[1]
+                if future.done():
+                    continue
+                if done.trajectory is not None:
+                    future.set_result(Trajectory.model_validate_json(done.trajectory))
+                else:
+                    future.set_exception(_Lost(f"worker {worker.index} failed: {done.error}"))
+            if collected.metrics is not None and self.on_metrics is not None:
+                self.on_metrics(str(worker.index), collected.metrics)
+
+    def _lose(self, worker: _Worker, exc: BaseException) -> None:
+        """``worker`` died: fail its outstanding episodes over (their ``run`` retries them)."""
+        if not worker.alive:
+            return
+        worker.alive = False
+        metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
+        logger.error("rollout worker %d (pid %d) died: %s", worker.index, worker.pid, exc)
+        reason = f"worker {worker.index} died: {type(exc).__name__}"
+        for key, (owner, future) in list(self._pending.items()):
+            if owner is worker:
+                del self._pending[key]
+                if not future.done():
+                    future.set_exception(_Lost(reason))
+        worker.outstanding = 0
+        worker.orders, worker.cancels = [], []
+
+    async def aclose(self) -> list[WorkerStats]:
+        """Stop collecting and close the live workers (cancelling what still runs there);
+        their final stats (dead workers: what the driver knew)."""
+        import ray
+
+        for worker in self.workers:
+            if worker.collector is not None:
+                worker.collector.cancel()
+        await asyncio.gather(
+            *(w.collector for w in self.workers if w.collector is not None),
+            return_exceptions=True,
+        )
+        stats: list[WorkerStats] = []
+        for worker in self.workers:
+            stat = WorkerStats(worker_index=worker.index, pid=worker.pid)
+            if worker.alive:
+                try:
+                    stat = WorkerStats.model_validate(await worker.actor.close.remote())
+                except ray.exceptions.RayActorError as exc:
+                    self._lose(worker, exc)
+            stats.append(stat)
+        self.final_stats = stats
+        return stats
+
+
+def lost_trajectory(
+    task: Task,
+    group_id: str,
+    policy_version: int,
+    attempt: int,
+    reason: str,
+    policy: FailurePolicy,
+    started: float,
+) -> Trajectory:
+    """The ``infra_error`` trajectory of an episode lost with its worker (never scored)."""
+    trajectory = Trajectory(
+        episode_id=f"{task.id}-lost-{uuid.uuid4().hex[:12]}",
+        task_id=task.id,
+        group_id=group_id,
+        attempt=attempt,
+        policy_version=policy_version,
+        terminal_class=TerminalClass.INFRA_ERROR,
+        reward=None,
+        training_action=training_action(TerminalClass.INFRA_ERROR, policy),
+        infra_reason=f"{WORKER_LOST}: {reason}",
+        timings=Timings(started_at=started, finished_at=time.time()),
+    )
+    metrics.EPISODES.labels(TerminalClass.INFRA_ERROR.value).inc()
+    return trajectory
+
+
+@contextlib.asynccontextmanager
+async def open_remote_rollout(
+    spec: AgentRLJobSpec,
+    episodes: RemoteEpisodes,
+    *,
+    tasks: Iterable[Task],
+    admission: Admission | None = None,
+    concurrency_source: ConcurrencySource | None = None,
+) -> AsyncIterator[RolloutScheduler]:
+    """The driver's scheduler over worker actors: like :func:`~agentrl.rollout.runtime.
+    open_rollout`, with the job's whole concurrency (following ``concurrency_source``'s total)
+    and the episodes run by ``episodes``' actors. The actors are closed on exit, not killed;
+    ``episodes.final_stats`` then says what each did."""
+    from agentrl.rollout.runtime import following, provider_limit
+
+    await episodes.start()
+    try:
+        scheduler = RolloutScheduler(
+            runner=episodes,
+            tasks=tasks,
+            concurrency=spec.sandbox.concurrency,
+            group_size=spec.rollout.group_size,
+            admission=admission,
+            provider_limit=provider_limit(spec),
+            batch_size=spec.trainer.trajectories_per_step,
+        )
+        async with following(concurrency_source, scheduler, whole=True), scheduler:
+            yield scheduler
+    finally:
+        await episodes.aclose()
+
+
+class RemoteRun(BaseModel):
+    """What :func:`run_on_actors` hands back."""
+
+    trajectories: list[Trajectory]
+    workers: list[WorkerStats]
+
+
 async def run_on_actors(
     config: RolloutWorkerConfig,
     tasks: Sequence[Task],
     *,
     cpus_per_worker: float = 1.0,
     strategies: Sequence[Any] | None = None,
-) -> list[WorkerResult]:
-    """Run ``tasks`` over ``config.workers`` actors (placed by ``strategies``, as in
-    :func:`start_workers`); one result per worker, in worker order."""
+) -> RemoteRun:
+    """Run every episode of ``tasks`` (``rollout.groupSize`` each) on ``config.workers`` new
+    actors (placed by ``strategies``, as in :func:`start_workers`), then kill them."""
     import ray
 
+    from agentrl.api import AgentRLJob
+
+    spec = AgentRLJob.model_validate(config.job).spec
     actors = start_workers(config, cpus_per_worker=cpus_per_worker, strategies=strategies)
+    episodes = RemoteEpisodes(actors, spec)
     try:
-        shares = split_tasks(tasks, config.workers)
-        refs = [
-            worker.run.remote([task.model_dump(mode="json") for task in share])
-            for worker, share in zip(actors, shares, strict=True)
-        ]
-        results = await asyncio.gather(*refs)
+        async with open_remote_rollout(spec, episodes, tasks=tasks) as scheduler:
+            trajectories = [t async for t in scheduler.trajectories()]
     finally:
-        for worker in actors:
-            ray.kill(worker)
-    return [WorkerResult.model_validate(result) for result in results]
+        for actor in actors:
+            ray.kill(actor)
+    return RemoteRun(trajectories=trajectories, workers=episodes.final_stats)

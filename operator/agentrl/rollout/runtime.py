@@ -90,6 +90,68 @@ async def turn_tokenizer_for(client: EngineClient) -> TurnTokenizer:
     return await asyncio.to_thread(load_hf_turn_tokenizer, info.tokenizer_path)
 
 
+def remote_worker_pool_size(spec: AgentRLJobSpec) -> int:
+    """Connections of a rollout worker actor's pool towards one engine. The driver decides how
+    many episodes a worker holds, and may give one worker more than its even share (another
+    worker died, the concurrency was raised live), so the pool does not depend on the
+    concurrency: what one engine decodes at once plus what it may queue
+    (``2 × inference.maxRunningRequests``, the bound of :func:`~agentrl.engine.client.
+    connection_pool_size`) plus the control connections. Connections open on demand, so an
+    unused allowance costs nothing."""
+    return 2 * spec.inference.max_running_requests + CONTROL_CONNECTIONS
+
+
+@contextlib.asynccontextmanager
+async def open_episode_runner(
+    spec: AgentRLJobSpec,
+    *,
+    provider: SandboxProvider,
+    engine_urls: Sequence[str],
+    pool_size: int,
+    tokenizer: TurnTokenizer | None = None,
+    engine_client: Callable[..., EngineClient] = EngineClient,
+) -> AsyncIterator[EpisodeRunner]:
+    """What one process needs to run episodes: an :class:`EngineClient` per engine (pools of
+    ``pool_size``), the :class:`EnginePool` and its health loop, the token-level agent with the
+    tokenizer the engines report, and the episode runner with the spec's caps and failure
+    policy. Engines closed and the health loop stopped on exit. Used by :func:`open_rollout`
+    and by the rollout worker actors (:mod:`agentrl.rollout.ray_workers`)."""
+    clients = [
+        engine_client(
+            url, max_connections=pool_size, timeout_seconds=spec.rollout.llm_timeout_seconds
+        )
+        for url in engine_urls
+    ]
+    health: asyncio.Task[None] | None = None
+    try:
+        pool = EnginePool(clients)
+        caps = EpisodeCaps.from_spec(spec)
+        agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0]), caps)
+        runner = EpisodeRunner(
+            provider=provider,
+            agent=agent,
+            caps=caps,
+            failure_policy=spec.rollout.failure_policy,
+            on_release=pool.release,
+        )
+        health = asyncio.create_task(pool.watch_health(HEALTH_INTERVAL_SECONDS))
+        yield runner
+    finally:
+        if health is not None:
+            health.cancel()
+            await asyncio.gather(health, return_exceptions=True)
+        for client in clients:
+            await client.close()
+
+
+def provider_limit(spec: AgentRLJobSpec, workers: int = 1) -> int | None:
+    """This scheduler's share of the provider's own limit on live sandboxes (E2B's plan
+    limit), or None when the provider has none."""
+    if spec.sandbox.provider == ProviderName.E2B and spec.sandbox.e2b is not None:
+        return math.ceil(spec.sandbox.e2b.max_concurrent / workers)
+    return None
+
+
 @contextlib.asynccontextmanager
 async def open_rollout(
     spec: AgentRLJobSpec,
@@ -112,50 +174,49 @@ async def open_rollout(
     the client of one engine (called like :class:`EngineClient`); for benchmarks, which time
     calls and compare transports."""
     concurrency = worker_concurrency(spec, workers, worker_index)
-    pool_size = engine_pool_size(spec, concurrency)
-    clients = [
-        engine_client(
-            url, max_connections=pool_size, timeout_seconds=spec.rollout.llm_timeout_seconds
-        )
-        for url in engine_urls
-    ]
-    health: asyncio.Task[None] | None = None
-    follower: asyncio.Task[None] | None = None
-    try:
-        pool = EnginePool(clients)
-        caps = EpisodeCaps.from_spec(spec)
-        agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0]), caps)
-        runner = EpisodeRunner(
-            provider=provider,
-            agent=agent,
-            caps=caps,
-            failure_policy=spec.rollout.failure_policy,
-            on_release=pool.release,
-        )
-        provider_limit = None
-        if spec.sandbox.provider == ProviderName.E2B and spec.sandbox.e2b is not None:
-            provider_limit = math.ceil(spec.sandbox.e2b.max_concurrent / workers)
+    async with open_episode_runner(
+        spec,
+        provider=provider,
+        engine_urls=engine_urls,
+        pool_size=engine_pool_size(spec, concurrency),
+        tokenizer=tokenizer,
+        engine_client=engine_client,
+    ) as runner:
         scheduler = RolloutScheduler(
             runner=runner,
             tasks=tasks,
             concurrency=concurrency,
             group_size=spec.rollout.group_size,
             admission=admission,
-            provider_limit=provider_limit,
+            provider_limit=provider_limit(spec, workers),
             batch_size=spec.trainer.trajectories_per_step,
         )
-        health = asyncio.create_task(pool.watch_health(HEALTH_INTERVAL_SECONDS))
-        if concurrency_source is not None:
-            follower = asyncio.create_task(
-                follow(concurrency_source, scheduler, worker_index=worker_index),
-                name="rollout-concurrency-follower",
-            )
-        async with scheduler:
+        async with (
+            following(concurrency_source, scheduler, worker_index=worker_index),
+            scheduler,
+        ):
             yield scheduler
+
+
+@contextlib.asynccontextmanager
+async def following(
+    source: ConcurrencySource | None,
+    scheduler: RolloutScheduler,
+    *,
+    worker_index: int = 0,
+    whole: bool = False,
+) -> AsyncIterator[None]:
+    """While inside, ``scheduler`` follows the in-effect concurrency of ``source`` (nothing
+    when None): this worker's share, or ``whole`` the whole figure."""
+    if source is None:
+        yield
+        return
+    follower = asyncio.create_task(
+        follow(source, scheduler, worker_index=worker_index, whole=whole),
+        name="rollout-concurrency-follower",
+    )
+    try:
+        yield
     finally:
-        for task in (follower, health):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        for client in clients:
-            await client.close()
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)

@@ -32,12 +32,11 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 from agentrl.api.rollout import ClassAction, TerminalClass
 from agentrl.rollout import metrics
 from agentrl.rollout.admission import Admission, OpenAdmission
-from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
 
@@ -58,13 +57,20 @@ def _episodes(tasks: Iterable[Task], group_size: int) -> Iterator[tuple[Task, st
             yield task, group_id
 
 
+class Episodes(Protocol):
+    """What runs one admitted episode to its end: an :class:`EpisodeRunner` in this process,
+    or :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` over worker actors."""
+
+    async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory: ...
+
+
 class RolloutScheduler:
     """Admits episodes up to the concurrency in effect and collects their trajectories."""
 
     def __init__(
         self,
         *,
-        runner: EpisodeRunner,
+        runner: Episodes,
         tasks: Iterable[Task],
         concurrency: int,
         group_size: int = 1,

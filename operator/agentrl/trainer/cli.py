@@ -28,9 +28,12 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
 weight sync, checkpoint store, task order) without starting ranks, contacting engines or
 training, then prints what it built as JSON.
 
-Limits: the rollout tier runs inside the driver's process (one asyncio loop); the rollout worker
-pods' Ray actors do not stream trajectories to the driver yet (:mod:`agentrl.rollout.ray_workers`),
-so no rollout placement group is made here.
+The rollout tier: under Ray, the episodes run in ``spec.rollout.workers`` rollout worker actors,
+placed in the job's rollout placement group (on the rollout worker pods, which joined the head),
+and stream their trajectories back to the driver (:mod:`agentrl.rollout.ray_workers`); the
+driver keeps the scheduler with the job's whole in-effect concurrency (followed from the mounted
+``runtime.yaml``), admission and the task order. ``--no-ray``: the episodes run in rank 0's
+process (one asyncio loop).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +92,9 @@ class TrainerEnv(BaseModel):
     master_port: int = Field(default=29500, ge=1, le=65535)
     checkpoint_dir: Path = Path(CHECKPOINT_MOUNT_PATH)
     attempt: int = Field(default=0, ge=0)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """``AGENTRL_METRICS_PORT``: where the driver serves ``/metrics`` (its own and the rollout
+    workers' series); None serves none."""
     local_rank: int | None = None
     """Set by this command for the rank processes it starts."""
 
@@ -105,6 +112,7 @@ class TrainerEnv(BaseModel):
             "master_port": env.get("MASTER_PORT"),
             "checkpoint_dir": env.get("AGENTRL_CHECKPOINT_DIR"),
             "attempt": env.get("AGENTRL_TRAINER_ATTEMPT"),
+            "metrics_port": env.get("AGENTRL_METRICS_PORT"),
             "local_rank": env.get("LOCAL_RANK"),
         }
         return cls.model_validate({k: v for k, v in pairs.items() if v not in (None, "")})
@@ -258,15 +266,28 @@ class Built(BaseModel):
     train_tasks: int
     megatron: dict[str, Any] | None = None
     """The derived megatron configuration (megatron backend only)."""
+    rollout_workers: list[dict[str, Any]] = Field(default_factory=list)
+    """What each rollout worker actor did (:class:`agentrl.rollout.ray_workers.WorkerStats`:
+    its process, episodes, peak in flight); empty when the episodes ran in the driver."""
 
 
 # -- running ---------------------------------------------------------------------------------
 
 
-async def drive(config: TrainerConfig, backend: Any, *, dry_run: bool = False) -> Built:
-    """Rank 0: the driver loop over the rollout tier (or, ``dry_run``, only build it)."""
+async def drive(
+    config: TrainerConfig,
+    backend: Any,
+    *,
+    dry_run: bool = False,
+    rollout_workers: list[Any] | None = None,
+) -> Built:
+    """Rank 0: the driver loop over the rollout tier (or, ``dry_run``, only build it).
+
+    ``rollout_workers``: the rollout worker actors that run the episodes (under Ray); None
+    runs them in this process."""
     from agentrl.engine.client import EngineClient, connection_pool_size
     from agentrl.rollout.admission import StalenessAdmission
+    from agentrl.rollout.metrics_export import WorkerMetrics, serve
     from agentrl.rollout.tasks import load_tasks, split_held_out
     from agentrl.trainer.checkpoint import CheckpointStore, DriverState
     from agentrl.trainer.loop import TaskOrder, TaskStream
@@ -316,13 +337,31 @@ async def drive(config: TrainerConfig, backend: Any, *, dry_run: bool = False) -
     )
     admission.admitted = state.step * spec.trainer.trajectories_per_step
     tracker = ProgressTracker(reporter_for(config.env), state=state)
+    exported = WorkerMetrics()
+    server = None
+    if config.env.metrics_port is not None:
+        server = serve(config.env.metrics_port, workers=exported)
+        log.info("serving /metrics on port %d", server.port)
     try:
         await _train(
-            config, backend, clients, weight_sync, checkpoints, state, stream, admission, tracker
+            config,
+            backend,
+            clients,
+            weight_sync,
+            checkpoints,
+            state,
+            stream,
+            admission,
+            tracker,
+            rollout_workers=rollout_workers,
+            worker_stats=built.rollout_workers,
+            exported=exported,
         )
     finally:
         for client in clients:
             await client.close()
+        if server is not None:
+            server.close()
     return built
 
 
@@ -336,27 +375,19 @@ async def _train(
     stream: Any,
     admission: Any,
     tracker: Any,
+    *,
+    rollout_workers: list[Any] | None = None,
+    worker_stats: list[dict[str, Any]],
+    exported: Any = None,
 ) -> None:
-    from agentrl.rollout.runtime import open_rollout
-    from agentrl.sandbox import open_provider
     from agentrl.trainer.loop import TrainingDriver
 
     spec = config.job.spec
     for client in clients:
         # Engines load weights and capture graphs for minutes: wait as long as their probes do.
         await client.wait_healthy(deadline_seconds=float(spec.inference.startup_timeout_seconds))
-    provider = open_provider(
-        spec.sandbox,
-        job=config.job,
-        namespace=config.env.namespace,
-        worker_id=config.env.pod_name or "trainer",
-    )
-    async with open_rollout(
-        spec,
-        provider=provider,
-        engine_urls=config.runtime.engines.urls,
-        tasks=stream,
-        admission=admission,
+    async with _rollout_tier(
+        config, stream, admission, rollout_workers, worker_stats, exported
     ) as scheduler:
         driver = TrainingDriver(
             spec=spec,
@@ -372,6 +403,63 @@ async def _train(
         )
         await driver.run()
         await tracker.flush()
+
+
+@contextlib.asynccontextmanager
+async def _rollout_tier(
+    config: TrainerConfig,
+    stream: Any,
+    admission: Any,
+    rollout_workers: list[Any] | None,
+    worker_stats: list[dict[str, Any]],
+    exported: Any,
+) -> AsyncIterator[Any]:
+    """The running scheduler: over the rollout worker actors when there are some, else in this
+    process; following the in-effect concurrency of the mounted ``runtime.yaml``."""
+    from agentrl.rollout.concurrency_source import RuntimeFileSource
+
+    spec = config.job.spec
+    runtime_file = config.env.config.parent / CONFIG_RUNTIME_KEY
+    source = RuntimeFileSource(runtime_file) if runtime_file.is_file() else None
+    if rollout_workers:
+        from agentrl.rollout.ray_workers import RemoteEpisodes, open_remote_rollout
+
+        episodes = RemoteEpisodes(
+            rollout_workers,
+            spec,
+            on_metrics=None if exported is None else exported.update,
+        )
+        try:
+            async with open_remote_rollout(
+                spec, episodes, tasks=stream, admission=admission, concurrency_source=source
+            ) as scheduler:
+                yield scheduler
+        finally:
+            for stats in episodes.final_stats:
+                log.info("rollout worker %s", stats.model_dump_json())
+                worker_stats.append(stats.model_dump())
+        return
+    from agentrl.rollout.runtime import open_rollout
+    from agentrl.sandbox import open_provider
+
+    provider = open_provider(
+        spec.sandbox,
+        job=config.job,
+        namespace=config.env.namespace,
+        worker_id=config.env.pod_name or "trainer",
+    )
+    try:
+        async with open_rollout(
+            spec,
+            provider=provider,
+            engine_urls=config.runtime.engines.urls,
+            tasks=stream,
+            admission=admission,
+            concurrency_source=source,
+        ) as scheduler:
+            yield scheduler
+    finally:
+        await provider.aclose()
 
 
 def _spawn_local_ranks(env: TrainerEnv) -> int:
@@ -428,17 +516,33 @@ class TrainerDriver:
 
         return current_placement().model_dump()
 
-    def run(self, config: dict[str, Any], rank0: Any) -> dict[str, Any]:
+    def run(
+        self, config: dict[str, Any], rank0: Any, rollout_workers: list[Any] | None = None
+    ) -> dict[str, Any]:
         from agentrl.trainer.ranks import RemoteBackend
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         parsed = TrainerConfig.model_validate(config)
-        built = asyncio.run(drive(parsed, RemoteBackend(rank0)))
+        built = asyncio.run(drive(parsed, RemoteBackend(rank0), rollout_workers=rollout_workers))
         return built.model_dump(mode="json")
 
 
+def rollout_worker_config(config: TrainerConfig) -> Any:
+    """What the job's rollout worker actors are started with (:mod:`agentrl.rollout.
+    ray_workers`): the manifest, the engines, ``spec.rollout.workers``, the job's namespace."""
+    from agentrl.rollout.ray_workers import RolloutWorkerConfig
+
+    return RolloutWorkerConfig(
+        job=config.job.to_manifest(),
+        engine_urls=list(config.runtime.engines.urls),
+        workers=config.job.spec.rollout.workers,
+        namespace=config.env.namespace,
+    )
+
+
 def run_placed(config: TrainerConfig, placed: Any) -> Built:
-    """Start the rank actors and the driver in ``placed``'s bundles and train to the end.
+    """Start the rank actors, the rollout workers (when ``placed`` has a rollout group) and the
+    driver in ``placed``'s bundles and train to the end.
 
     Fails as soon as any rank or the driver fails (a rank that dies mid-collective would
     otherwise leave the others waiting)."""
@@ -452,8 +556,11 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
     address, port = ray.get(ranks[0].rendezvous.remote())
     ray.get([r.setup.remote(payload, address, port) for r in ranks])
     follows = [r.follow.remote() for r in ranks[1:]]
+    workers = None
+    if placed.rollout is not None:
+        workers = placement.start_rollout_workers(placed, rollout_worker_config(config))
     driver = placement.start_driver(placed, TrainerDriver)
-    run = driver.run.remote(payload, ranks[0])
+    run = driver.run.remote(payload, ranks[0], workers)
     pending = [run, *follows]
     while True:
         done, pending = ray.wait(pending, num_returns=1)
@@ -614,7 +721,9 @@ def run_with_ray(
             return 1
         ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
         placed = placement.place(
-            placement.plan_placement(config.job), timeout_s=timeout_s, rollout=False
+            placement.plan_placement(config.job),
+            timeout_s=timeout_s,
+            rollout=config.job.spec.rollout.workers > 0,
         )
         try:
             built = run_placed(config, placed)
