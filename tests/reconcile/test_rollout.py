@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from agentrl.reconcile import rollout
+from typing import Any
+
+import pytest
+
+from agentrl.api import AgentRLJob
+from agentrl.reconcile import engine, rollout
 from agentrl.reconcile.context import BuildContext, Images
 from tests.factories import make_job
 
@@ -27,7 +32,10 @@ def test_rollout_deployment_runs_the_spec_workers_as_ray_workers():
         "--block",
         "--address=$(RAY_HEAD_ADDRESS)",
         "--num-gpus=0",
+        "--num-cpus=2",
+        '--resources={"agentrl_rollout_node": 2}',
     ]
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}}
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["RAY_HEAD_ADDRESS"] == "swe-trainer-0.swe-trainer.rl.svc:6379"
     assert container["securityContext"] == {
@@ -72,3 +80,94 @@ def test_rollout_role_grants_exactly_the_sandbox_providers_verbs():
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "swe-rollout", "namespace": "rl"}
     ]
+
+
+def _worker_pod(job: AgentRLJob) -> dict[str, Any]:
+    return rollout.deployment(job, BuildContext.for_job(job), replicas=1)["spec"]["template"][
+        "spec"
+    ]
+
+
+def _engine_model_storage(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The (volumes, mounts) of the engine pod that hold its ``--model-path``: the mounts of the
+    engine container whose mountPath contains that path, and the volumes they name."""
+    pod = engine.statefulset(job, BuildContext.for_job(job), replicas=1)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    model_path = container["args"][container["args"].index("--model-path") + 1]
+    mounts = [
+        m
+        for m in container["volumeMounts"]
+        if model_path == m["mountPath"] or model_path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    names = {m["name"] for m in mounts}
+    return [v for v in pod["volumes"] if v["name"] in names], mounts
+
+
+def test_a_model_pvc_is_mounted_read_only_at_models_in_the_rollout_pods():
+    # The workers load the model's tokenizer from the path the engines report.
+    pod = _worker_pod(make_job("swe").with_model_pvc("weights", "Qwen3-8B").obj())
+    assert pod["volumes"] == [
+        {"name": "config", "configMap": {"name": "swe-config"}},
+        {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}},
+    ]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
+        {"name": "model", "mountPath": "/models", "readOnly": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "engine_mounts_model"),
+    [
+        ({"path": "Qwen3-8B", "pvc": "weights"}, True),
+        ({"path": "/org/Qwen3-8B/", "pvc": "weights"}, True),
+        ({"path": "/opt/models/Qwen3-8B"}, False),  # inside the images: nothing to mount
+    ],
+)
+def test_rollout_pods_hold_the_engines_model_path_the_way_the_engine_pods_do(
+    source: dict[str, str], engine_mounts_model: bool
+):
+    job = make_job("swe").with_spec("model.source", source).obj()
+    engine_volumes, engine_mounts = _engine_model_storage(job)
+    assert bool(engine_mounts) is engine_mounts_model
+    pod = _worker_pod(job)
+    mounts = pod["containers"][0]["volumeMounts"]
+    # Exactly the engine's model volumes and mounts, besides the ConfigMap.
+    assert [m for m in mounts if m["name"] != "config"] == engine_mounts
+    assert [v for v in pod["volumes"] if v["name"] != "config"] == engine_volumes
+
+
+def test_every_rollout_volume_is_read_only():
+    pod = _worker_pod(make_job("swe").with_model_pvc("weights").obj())
+    assert [m["readOnly"] for m in pod["containers"][0]["volumeMounts"]] == [True, True]
+    claims = [v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == [{"claimName": "weights", "readOnly": True}]
+
+
+def test_rollout_workers_offer_ray_their_cpu_request_not_the_nodes_cpus():
+    # Without --num-cpus Ray counts every CPU of the node (no CPU limit): one pod could take all
+    # the workers' bundles.
+    container = _worker_pod(make_job("swe").with_workers(4).obj())["containers"][0]
+    offered = [a for a in container["command"] if a.startswith("--num-cpus=")]
+    assert offered == ["--num-cpus=2"]
+    assert offered == [f"--num-cpus={container['resources']['requests']['cpu']}"]
+
+
+def test_rollout_pods_alone_offer_the_resource_the_rollout_bundles_ask_for():
+    """A rollout worker's bundle asks for one unit of the rollout-node resource; only rollout
+    pods offer it (one per CPU they offer), trainer pods do not: no worker on a trainer node."""
+    import json
+
+    from agentrl.trainer.placement import plan_placement, trainer_node_resources
+
+    job = make_job("swe").with_workers(4).obj()
+    container = _worker_pod(job)["containers"][0]
+    [offer] = [a for a in container["command"] if a.startswith("--resources=")]
+    offered = json.loads(offer.removeprefix("--resources="))
+    assert offered == {"agentrl_rollout_node": 2}
+    from agentrl.api import AgentRLJob
+
+    parsed = AgentRLJob.model_validate(job)
+    asks = [b.resources() for b in plan_placement(parsed).rollout.bundles]
+    assert asks == [{"CPU": 1.0, "agentrl_rollout_node": 1.0}] * 4
+    assert "agentrl_rollout_node" not in trainer_node_resources(parsed.spec).resources()

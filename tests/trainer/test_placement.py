@@ -26,6 +26,7 @@ from tests.api.cases import BASE, merge
 EXAMPLES = Path(__file__).parents[2] / "examples"
 #: Every trainer-group bundle takes one unit of the resource only trainer nodes offer.
 ON_TRAINER_NODE = {TRAINER_NODE_RESOURCE: 1.0}
+ROLLOUT = "agentrl_rollout_node"  # what the rollout pods offer (reconcile.rollout)
 
 
 def _job(patch: dict[str, Any]) -> AgentRLJob:
@@ -45,7 +46,7 @@ def test_the_quickstart_gets_a_cpu_rank_and_the_driver_on_one_node_and_one_rollo
     # rollout.workers defaults to 1
     assert plan.rollout.name == "quickstart-rollout"
     assert plan.rollout.strategy == Strategy.SPREAD
-    assert [b.resources() for b in plan.rollout.bundles] == [{"CPU": 1.0}]
+    assert [b.resources() for b in plan.rollout.bundles] == [{"CPU": 1.0, ROLLOUT: 1.0}]
 
 
 def test_the_mi355x_report_gets_eight_gpu_ranks_packed_on_one_node() -> None:
@@ -59,7 +60,7 @@ def test_the_mi355x_report_gets_eight_gpu_ranks_packed_on_one_node() -> None:
     assert plan.world_size == 8 and plan.driver_bundle == 8
     assert plan.trainer.total() == {"CPU": 25.0, "GPU": 8.0, TRAINER_NODE_RESOURCE: 9.0}
     # rollout.workers: 8
-    assert [b.resources() for b in plan.rollout.bundles] == [{"CPU": 1.0}] * 8
+    assert [b.resources() for b in plan.rollout.bundles] == [{"CPU": 1.0, ROLLOUT: 1.0}] * 8
     # the trainer pod offers its CPU request, its GPUs, and room for 8 ranks and the driver
     assert trainer_node_resources(job.spec) == Bundle(cpu=32, gpu=8, trainer_node=9)
 

@@ -35,7 +35,7 @@ def local_ray() -> Iterator[None]:
     # the machine is the trainer node: it offers room for every trainer bundle of these tests
     ray.init(
         num_cpus=CPUS,
-        resources={placement.TRAINER_NODE_RESOURCE: 8},
+        resources={placement.TRAINER_NODE_RESOURCE: 8, placement.ROLLOUT_NODE_RESOURCE: 4},
         include_dashboard=False,
         log_to_driver=False,
     )

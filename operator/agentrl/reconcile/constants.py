@@ -69,6 +69,10 @@ class Component(StrEnum):
 TRAINER_MASTER_PORT: Final = 29500
 #: Ray head port on trainer rank 0; rollout workers join it.
 RAY_HEAD_PORT: Final = 6379
+#: Ray custom resource only the rollout worker pods offer (one unit per CPU they offer); each
+#: rollout worker's bundle takes one, so no worker lands on a trainer node, which has neither
+#: the rollout ServiceAccount's sandbox rights nor CPU reserved for episodes.
+ROLLOUT_NODE_RESOURCE: Final = "agentrl_rollout_node"
 #: Port (named ``metrics``) of the trainer container where the driver (rank 0) serves
 #: ``/metrics``: its own and its rollout workers' series (``agentrl.rollout.metrics_export``).
 #: Handed to the container as ``AGENTRL_METRICS_PORT``; next to the engine watchdog's 9400.

@@ -71,7 +71,12 @@ def checkpoint_mount(*, read_only: bool) -> dict[str, Any]:
 
 
 def model_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts) for ``spec.model.source.pvc``, read-only at /models; empty without."""
+    """(volumes, mounts) for ``spec.model.source.pvc``, read-only at /models; empty without.
+
+    The one spelling of the model volume in every pod that reads the model: engines (weights),
+    trainer (weights) and rollout workers (tokenizer files only), so ``engine_flags.model_path``
+    names the same directory in all of them. Without ``source.pvc`` the path is inside the
+    images and there is nothing to mount."""
     pvc = job.spec.model.source.pvc
     if pvc is None:
         return [], []

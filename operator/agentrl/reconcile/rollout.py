@@ -7,6 +7,30 @@ kubernetes sandbox provider. That provider is the only reason the workers talk t
 server, so their Role grants exactly its verbs on pods, ``pods/exec`` and ``pods/log`` in this
 namespace (``rbac.sandbox_provider_rules``).
 
+The model: a worker renders each turn with the model's own tokenizer and chat template, which it
+loads from the ``tokenizer_path`` the engines report (``/get_model_info``), that is the engines'
+``--model-path`` (``engine_flags.model_path``). So the rollout pods mount ``spec.model.source``
+exactly as the engine pods do, with the same builder (``pods.model_volumes``): with ``source.pvc``
+the claim, read-only (volume and mount), at ``/models``. Only the tokenizer files are read
+(``tokenizer_config.json``, ``tokenizer.json`` or ``tokenizer.model``, the chat template, and
+``config.json`` when the tokenizer config does not name its class), never the weights. Without
+``source.pvc`` there is nothing to mount: ``source.path`` is a directory inside the images, and
+must then exist at the same path in the rollout image (the trainer's image unless the operator's
+``--rollout-image`` is set) as in the engine image. A Hugging Face hub id that the engine would
+download itself cannot work: the download lands in the engine pod's own filesystem, which is not
+shared, and the workers load local files only. Either way a missing directory fails the worker
+before its first episode, with ``hf_tokenizer.load_hf_turn_tokenizer``'s message naming these
+fixes. A claim mounted by engine, trainer and rollout pods on several nodes must allow it
+(``ReadOnlyMany`` or ``ReadWriteMany``), as it already must for engines on several nodes.
+
+CPUs: ``ray start`` offers Ray ``--num-cpus`` equal to the pod's CPU request
+(:data:`WORKER_RAY_CPUS`, from :data:`WORKER_REQUESTS`). Without it Ray counts the CPUs the
+container sees, which with a request and no limit is the whole node (say 128). The rollout
+workers' placement group (``trainer.placement``: one ``{"CPU": 1}`` bundle per worker, SPREAD)
+spreads only softly, so one such pod, for instance the first to join, could take every bundle
+and run all the workers on a node where the scheduler reserved only its request. Offering the
+request keeps a pod's workers within what was reserved for it.
+
 Replicas: ``spec.rollout.workers``, 0 while suspended or finished. The pod template does not
 depend on the sandbox concurrency, so ``kubectl scale`` never restarts a worker: the workers
 read the in-effect concurrency from the mounted ConfigMap.
@@ -16,34 +40,51 @@ Called by ``children.desired_children``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from agentrl.api import AgentRLJob
+from agentrl.api.quantities import parse_quantity
 from agentrl.reconcile import names
 from agentrl.reconcile.configmap import trainer_master_addr
-from agentrl.reconcile.constants import RAY_HEAD_PORT, Component
+from agentrl.reconcile.constants import RAY_HEAD_PORT, ROLLOUT_NODE_RESOURCE, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
-from agentrl.reconcile.pods import config_mount, config_volume, identity_env, pull_secrets
+from agentrl.reconcile.pods import (
+    config_mount,
+    config_volume,
+    identity_env,
+    model_volumes,
+    pull_secrets,
+)
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
-#: A rollout worker is a Ray worker joining the trainer's head; it offers no GPU.
+#: Requests of one worker (no limits: asyncio episodes and tokenisation burst on CPU, and a
+#: CPU limit would throttle every episode of the worker at once).
+WORKER_REQUESTS: Final = {"cpu": "2", "memory": "4Gi"}
+#: CPUs a worker pod offers Ray: its CPU request in whole CPUs (``ray start --num-cpus`` takes an
+#: integer), at least 1. Not the CPUs the container sees: without a limit that is the whole node.
+WORKER_RAY_CPUS: Final = max(math.floor(parse_quantity(WORKER_REQUESTS["cpu"])), 1)
+#: A rollout worker is a Ray worker joining the trainer's head; it offers no GPU and
+#: :data:`WORKER_RAY_CPUS` CPUs.
 WORKER_COMMAND: Final = [
     "ray",
     "start",
     "--block",
     "--address=$(RAY_HEAD_ADDRESS)",
     "--num-gpus=0",
+    f"--num-cpus={WORKER_RAY_CPUS}",
+    # Room for as many rollout worker bundles as CPUs; only rollout pods offer it.
+    f'--resources={{"{ROLLOUT_NODE_RESOURCE}": {WORKER_RAY_CPUS}}}',
 ]
-#: Requests of one worker (no limits: asyncio episodes and tokenisation burst on CPU, and a
-#: CPU limit would throttle every episode of the worker at once).
-WORKER_REQUESTS: Final = {"cpu": "2", "memory": "4Gi"}
 
 
 def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
     """The rollout worker's pod spec."""
     master = trainer_master_addr(job, ctx.namespace)
+    # The engines' model volume at the engines' path, read-only: the tokenizer's files.
+    model_vols, model_mounts = model_volumes(job)
     return {
         "serviceAccountName": names.rollout(job.metadata.name),
         "automountServiceAccountToken": True,
@@ -64,10 +105,10 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
                 },
-                "volumeMounts": [config_mount()],
+                "volumeMounts": [config_mount(), *model_mounts],
             }
         ],
-        "volumes": [config_volume(job)],
+        "volumes": [config_volume(job), *model_vols],
     }
 
 

@@ -201,8 +201,15 @@ def load_hf_turn_tokenizer(path: str) -> HFTurnTokenizer:
     if not Path(path).is_dir():
         raise TokenizerConfigError(
             f"the engine's tokenizer_path {path!r} is not a directory on this rollout worker; "
-            f"it comes from {MODEL_FIELD}.path, which must name the model directory as the "
-            f"rollout pods see it too (with {MODEL_FIELD}.pvc, mount the volume there)"
+            f"it comes from {MODEL_FIELD}.path, and the workers read the model's tokenizer "
+            "files at the same path as the engines. On a cluster, put the model on a "
+            f"PersistentVolumeClaim ({MODEL_FIELD}.pvc, which the operator mounts read-only at "
+            "/models in the engine, trainer and rollout pods, with "
+            f"{MODEL_FIELD}.path the directory inside it), or, "
+            f"without {MODEL_FIELD}.pvc, have that directory at the same path in the rollout "
+            "image as in the engine image. A Hugging Face hub id that the engine downloads "
+            "itself does not work: the download stays in the engine pod, and the workers read "
+            "local files only"
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -21,6 +21,9 @@ Every trainer-group bundle also asks for one unit of :data:`TRAINER_NODE_RESOURC
 the trainer pods' Ray nodes offer (:func:`trainer_node_resources`; ``agentrl run``'s local Ray:
 :func:`local_resources`): the rollout worker pods join the same Ray cluster, and without it a
 CPU-only rank or the driver could be placed on one of them, away from the checkpoint volume.
+Likewise every rollout bundle asks for one unit of ``ROLLOUT_NODE_RESOURCE``, which only the
+rollout worker pods offer: a worker on a trainer node would have no rights to create sandbox
+pods and would take CPU the trainer pod reserved for itself.
 
 Strategies, and why:
 
@@ -53,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJob, AgentRLJobSpec
 from agentrl.api.quantities import parse_quantity
+from agentrl.reconcile.constants import ROLLOUT_NODE_RESOURCE
 
 #: CPUs of the driver's bundle: one asyncio loop.
 DRIVER_CPUS: Final = 1.0
@@ -88,6 +92,9 @@ class Bundle(BaseModel):
     trainer_node: int = Field(default=0, ge=0)
     """Units of :data:`TRAINER_NODE_RESOURCE` (1 in a trainer-group bundle; what a trainer
     node offers in :func:`trainer_node_resources`)."""
+    rollout_node: int = Field(default=0, ge=0)
+    """Units of :data:`~agentrl.reconcile.constants.ROLLOUT_NODE_RESOURCE` (1 in a rollout
+    worker's bundle; the rollout pods offer one per CPU, ``reconcile.rollout``)."""
 
     def resources(self) -> dict[str, float]:
         """The bundle as Ray spells it (only the keys it asks for)."""
@@ -96,6 +103,8 @@ class Bundle(BaseModel):
             out["GPU"] = float(self.gpu)
         if self.trainer_node:
             out[TRAINER_NODE_RESOURCE] = float(self.trainer_node)
+        if self.rollout_node:
+            out[ROLLOUT_NODE_RESOURCE] = float(self.rollout_node)
         return out
 
 
@@ -200,7 +209,7 @@ def plan_placement(job: AgentRLJob) -> PlacementPlan:
         rollout=GroupPlan(
             name=f"{job_name}-rollout",
             strategy=Strategy.SPREAD,
-            bundles=[Bundle(cpu=ROLLOUT_WORKER_CPUS)] * spec.rollout.workers,
+            bundles=[Bundle(cpu=ROLLOUT_WORKER_CPUS, rollout_node=1)] * spec.rollout.workers,
             sized_by=(
                 f"spec.rollout.workers ({spec.rollout.workers}) workers of "
                 f"{ROLLOUT_WORKER_CPUS:g} CPU each"
@@ -228,8 +237,11 @@ def trainer_node_resources(spec: AgentRLJobSpec) -> Bundle:
 
 def local_resources(plan: PlacementPlan) -> dict[str, float]:
     """The custom resources a one-machine Ray offers (``ray.init(resources=...)``): the
-    machine is the only trainer node, so it holds every trainer-group bundle."""
-    return {TRAINER_NODE_RESOURCE: float(len(plan.trainer.bundles))}
+    machine is the only trainer node and the only rollout node, so it holds every bundle."""
+    return {
+        TRAINER_NODE_RESOURCE: float(len(plan.trainer.bundles)),
+        ROLLOUT_NODE_RESOURCE: float(len(plan.rollout.bundles)),
+    }
 
 
 def assign_ranks(plan: PlacementPlan, bundle_nodes: Mapping[int, str]) -> list[int]:
