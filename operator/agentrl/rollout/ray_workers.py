@@ -528,6 +528,9 @@ class RemoteEpisodes:
                         await worker.actor.cancel.remote(cancels)
                 except ray.exceptions.RayActorError as exc:
                     self._lose(worker, exc)
+                except Exception as exc:  # a call that cannot reach the worker: no use
+                    logger.exception("rollout worker %d refused a call", worker.index)
+                    self._lose(worker, exc)
         finally:
             worker.flushing = False
 
