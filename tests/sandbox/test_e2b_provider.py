@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 import types
 from typing import Any, ClassVar
 
@@ -25,6 +26,7 @@ class CommandExitException(Exception):
 
 class FakeCommands:
     async def run(self, command: str, **kwargs: Any) -> Any:
+        command = shlex.split(command)[-1]  # the provider runs `timeout ... /bin/sh -c COMMAND`
         if command.startswith("fail"):
             raise CommandExitException(2, "", "boom\n")
         return types.SimpleNamespace(exit_code=0, stdout=f"ran {command}\n", stderr="")
