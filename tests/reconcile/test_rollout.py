@@ -171,3 +171,19 @@ def test_rollout_pods_alone_offer_the_resource_the_rollout_bundles_ask_for():
     asks = [b.resources() for b in plan_placement(parsed).rollout.bundles]
     assert asks == [{"CPU": 1.0, "agentrl_rollout_node": 1.0}] * 4
     assert "agentrl_rollout_node" not in trainer_node_resources(parsed.spec).resources()
+
+
+def test_with_e2b_the_pods_that_run_episodes_get_the_api_key_from_the_secret_not_a_value():
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.trainer import trainer_env
+    from agentrl.sandbox.e2b import API_KEY_ENV
+
+    job = make_job("swe").with_e2b(max_concurrent=8).obj()
+    expected = {"secretKeyRef": {"name": "e2b", "key": "apiKey"}}  # the factory's ref, key default
+    rollout_env = {e["name"]: e for e in _worker_pod(job)["containers"][0]["env"]}
+    assert rollout_env[API_KEY_ENV] == {"name": "E2B_API_KEY", "valueFrom": expected}
+    trainer = {e["name"]: e for e in trainer_env(job, BuildContext.for_job(job), attempt=0)}
+    assert trainer["E2B_API_KEY"] == {"name": "E2B_API_KEY", "valueFrom": expected}
+    # other providers get no such variable
+    plain = _worker_pod(make_job("swe").obj())["containers"][0]["env"]
+    assert "E2B_API_KEY" not in {e["name"] for e in plain}

@@ -73,6 +73,9 @@ RAY_HEAD_PORT: Final = 6379
 #: rollout worker's bundle takes one, so no worker lands on a trainer node, which has neither
 #: the rollout ServiceAccount's sandbox rights nor CPU reserved for episodes.
 ROLLOUT_NODE_RESOURCE: Final = "agentrl_rollout_node"
+#: The environment variable the ``e2b`` sandbox provider reads its API key from, filled from
+#: ``spec.sandbox.e2b.apiKeySecretRef`` in the pods that run episodes (``pods.sandbox_env``).
+E2B_API_KEY_ENV: Final = "E2B_API_KEY"
 #: Port (named ``metrics``) of the trainer container where the driver (rank 0) serves
 #: ``/metrics``: its own and its rollout workers' series (``agentrl.rollout.metrics_export``).
 #: Handed to the container as ``AGENTRL_METRICS_PORT``; next to the engine watchdog's 9400.

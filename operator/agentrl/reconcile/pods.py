@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.api import AgentRLJob
+from agentrl.api.sandbox import SandboxProvider
 from agentrl.reconcile import names
+from agentrl.reconcile.constants import E2B_API_KEY_ENV
 from agentrl.reconcile.engine_flags import (
     CHECKPOINT_MOUNT_PATH,
     MODEL_MOUNT_PATH,
@@ -44,6 +46,22 @@ def identity_env() -> list[dict[str, Any]]:
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
         {"name": CONFIG_ENV, "value": SPEC_FILE},
+    ]
+
+
+def sandbox_env(job: AgentRLJob) -> list[dict[str, Any]]:
+    """What the sandbox provider reads from the environment of the pods that run episodes:
+    with ``provider: e2b``, :data:`E2B_API_KEY_ENV` from ``spec.sandbox.e2b.apiKeySecretRef``
+    (the key never appears in the pod spec or the ConfigMap); nothing otherwise."""
+    e2b = job.spec.sandbox.e2b
+    if job.spec.sandbox.provider != SandboxProvider.E2B or e2b is None:
+        return []
+    ref = e2b.api_key_secret_ref
+    return [
+        {
+            "name": E2B_API_KEY_ENV,
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+        }
     ]
 
 

@@ -57,6 +57,7 @@ from agentrl.reconcile.pods import (
     identity_env,
     model_volumes,
     pull_secrets,
+    sandbox_env,
 )
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
@@ -99,6 +100,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     *identity_env(),
                     {"name": "AGENTRL_JOB_NAME", "value": job.metadata.name},
                     {"name": "RAY_HEAD_ADDRESS", "value": f"{master}:{RAY_HEAD_PORT}"},
+                    *sandbox_env(job),
                 ],
                 "resources": {"requests": dict(WORKER_REQUESTS)},
                 "securityContext": {

@@ -46,6 +46,7 @@ from agentrl.reconcile.pods import (
     identity_env,
     model_volumes,
     pull_secrets,
+    sandbox_env,
     shm_mount,
     shm_volume,
 )
@@ -83,6 +84,7 @@ def trainer_env(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> list[dic
         # Ray must not narrow HIP_VISIBLE_DEVICES under the device plugin's allocation.
         {"name": "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "value": "1"},
         *network_env(job),
+        *sandbox_env(job),  # episodes run here with --no-ray
     ]
 
 
