@@ -14,7 +14,19 @@ What runs (all on 127.0.0.1):
   scheduler, episode runner, token agent, engine pool and engine client) for its share of the
   spec's ``sandbox.concurrency``, every pool derived from the spec the bench builds
   (:func:`bench_spec`), for ``--rounds`` episodes per slot. Workers run on uvloop when it is
-  installed, as Ray's workers do (``--event-loop asyncio`` to compare).
+  installed, as Ray's workers do (``--event-loop asyncio`` to compare);
+* or, with ``--path ray``, the trainer's own path over the same fakes and episodes: one driver
+  process starts a local Ray with ``--ray-cpus`` CPUs and ``--workers``
+  :class:`~agentrl.rollout.ray_workers.RolloutWorker` actors (``ray-cpus / workers`` CPUs
+  each), and holds the one scheduler with the whole concurrency over
+  :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` (orders batched into ``submit`` calls,
+  finished trajectories streamed back by long-polled ``collect`` calls), on asyncio's loop as
+  the trainer's driver runs. The actors build their parts with :func:`ray_worker_parts` (the
+  fake sandbox provider, the bench tokenizer, the timed engine client), importing this module
+  by name: the driver puts its directory on their ``PYTHONPATH`` and the rest they need in
+  :data:`RAY_PARTS_ENV`. They run at the driver's niceness (``--ray-worker-niceness``): Ray's
+  own default, 15, would put them below the fakes on shared cores, where the forked workers
+  compete with the fakes as equals.
 
 The fakes are latency injectors, not the product: they are minimal HTTP/1.1 keep-alive servers
 (:class:`FakeHttpServer`, a timer per request, uvloop when installed) so that on a small machine
@@ -45,7 +57,23 @@ Figures (the baseline's computed the same way):
 * ``pools``: per worker, the episodes it keeps in flight, its connections per engine and towards
   the sandbox service; ``cpu_seconds``: CPU used by the workers, the engines and the sandbox.
 
-Run: ``python bench/rollout_concurrency.py --concurrency 2048 --json``.
+With ``--path ray`` (``"path": "ray"`` in the JSON) the figures are computed the same way, with
+these differences. Wall time starts when the driver's first orders go out: Ray's start and the
+actors' opening are not counted, but reported as ``ray_startup_seconds`` (``init_seconds``,
+``workers_open_seconds``); it ends when the driver received the last trajectory. The timed
+client's samples are recorded in the actors, which write them to a temporary directory when they
+close their provider (their last step), for the driver to read. ``cpu_seconds`` adds ``driver``
+(the driver process, Ray's threads in it included: the one process every order and trajectory
+crosses) and ``ray_system`` (the local Ray's GCS, raylet, agents and idle workers), and
+``workers`` is the actors' processes, all over the wall time. ``pools`` gives each actor's peak
+episodes in flight (the driver decides them) and its pools, sized for the whole job;
+``episodes_per_worker``, ``actor_event_loop`` (the loop the actors ran on: Ray's choice) come
+with it. ``--profile-driver FILE`` writes a cProfile of the driver's loop thread over the wall
+time, in that thread's CPU seconds. The baseline is the forked one-process run at library
+defaults, in both paths.
+
+Run: ``python bench/rollout_concurrency.py --concurrency 2048 --json`` (``--path ray`` for the
+trainer's path).
 """
 
 from __future__ import annotations
@@ -571,6 +599,244 @@ def worker_process(
 
 
 # ---------------------------------------------------------------------------------------------
+# The Ray path: the trainer's driver, episodes in RolloutWorker actors
+
+#: Environment variable carrying into the worker actors (by inheritance: the driver sets it
+#: before it starts the local Ray) what :func:`ray_worker_parts` needs, as JSON.
+RAY_PARTS_ENV = "AGENTRL_BENCH_ROLLOUT"
+#: Ray's setting (read by the raylet from its environment) of its workers' niceness.
+RAY_NICENESS_ENV = "RAY_worker_niceness"
+#: :attr:`RolloutWorkerConfig.parts` of the bench: this module, imported by name in the actors
+#: (the driver puts its directory on their ``PYTHONPATH``).
+RAY_PARTS = f"{os.path.splitext(os.path.basename(__file__))[0]}:ray_worker_parts"
+
+
+class RecordingProvider(HttpSandboxProvider):
+    """The sandbox provider of a worker actor. The actor closes its provider last (after its
+    engine clients), so on close this writes what the bench needs from the actor's process to
+    ``path``: the timed engine client's samples and the provider's connections."""
+
+    def __init__(
+        self, clients: Sequence[SandboxClient], *, samples: list[float], path: str
+    ) -> None:
+        super().__init__(clients)
+        self.samples, self.path = samples, path
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        record = {
+            "pid": os.getpid(),
+            "samples": self.samples,
+            "sandbox_connections": sum(c.pool_size for c in self.clients),
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+        }
+        with open(self.path, "w") as fh:
+            json.dump(record, fh)
+
+
+def ray_worker_parts(config: Any, index: int) -> Any:
+    """:attr:`~agentrl.rollout.ray_workers.RolloutWorkerConfig.parts` of the bench, called in
+    worker actor ``index``: the fake sandbox service's provider (recording on close), the
+    bench tokenizer and the timed engine client."""
+    from agentrl.api import AgentRLJob
+    from agentrl.rollout.ray_workers import WorkerParts
+
+    settings = json.loads(os.environ[RAY_PARTS_ENV])
+    spec = AgentRLJob.model_validate(config.job).spec
+    # The driver decides how many episodes a worker holds (as for its engine pools,
+    # :func:`~agentrl.rollout.runtime.remote_worker_pool_size`): a pool towards each process of
+    # the service that one connection per episode of the whole job fits, opened on demand.
+    size = spec.sandbox.concurrency + CONTROL_CONNECTIONS
+    clients: list[SandboxClient] = []
+    for url in settings["sandbox_urls"]:
+        if settings["sandbox_client"] == "keepalive":
+            clients.append(KeepAliveSandboxClient(url, size))
+        else:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=size))
+            clients.append(AiohttpSandboxClient(url, session))
+    samples: list[float] = []
+    path = os.path.join(settings["out_dir"], f"worker-{index}.json")
+    return WorkerParts(
+        provider=RecordingProvider(clients, samples=samples, path=path),
+        tokenizer=BenchTokenizer(),
+        engine_client=functools.partial(TimedEngineClient, samples=samples),
+    )
+
+
+def bench_job(args: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The AgentRLJob manifest of :func:`bench_spec` (what the worker actors are given)."""
+    from agentrl.api import AgentRLJob
+
+    job = AgentRLJob.model_validate(
+        {
+            "metadata": {"name": "bench"},
+            "spec": bench_spec(args, workers).model_dump(mode="json", by_alias=True),
+        }
+    )
+    return job.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _cpu_of(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of these processes (those gone count nothing)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _ray_processes() -> list[int]:
+    """Every process under this one: the local Ray's GCS, raylet, agents and workers."""
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+async def ray_driver_main(
+    args: dict[str, Any], workers: int, cap: float, out: Any, timings: dict[str, float]
+) -> dict[str, Any]:
+    """The trainer's driver path: the scheduler with the whole concurrency over
+    :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` of ``workers`` started actors, for
+    ``rounds`` episodes per slot; tells the parent (``out``) when the first order goes out."""
+    import ray
+
+    from agentrl.api import AgentRLJob
+    from agentrl.rollout.ray_workers import (
+        RemoteEpisodes,
+        RolloutWorkerConfig,
+        open_remote_rollout,
+        start_workers,
+    )
+
+    config = RolloutWorkerConfig(
+        job=bench_job(args, workers),
+        engine_urls=args["engine_urls"],
+        workers=workers,
+        parts=RAY_PARTS,
+    )
+    spec = AgentRLJob.model_validate(config.job).spec
+    groups = math.ceil(args["concurrency"] * args["rounds"] / spec.rollout.group_size)
+    tasks = [bench_task(i) for i in range(groups)]
+    began = time.time()
+    actors = start_workers(config, cpus_per_worker=args["ray_cpus"] / workers)
+    episodes = RemoteEpisodes(actors, spec)
+    classes: dict[str, int] = {}
+    profile = None
+    try:
+        async with open_remote_rollout(spec, episodes, tasks=tasks) as scheduler:
+            # The actors are open; the scheduler's first orders go out in this turn of the loop.
+            start = time.time()
+            timings["workers_open_seconds"] = start - began
+            out.put({"started": start})
+            actor_pids = [w.pid for w in episodes.workers]
+            system_pids = [p for p in _ray_processes() if p not in actor_pids]
+            cpu0 = time.process_time(), _cpu_of(actor_pids), _cpu_of(system_pids)
+            if args.get("profile_driver"):
+                import cProfile
+
+                # The loop thread's CPU time, not wall time: on shared cores, time preempted
+                # would land on whatever function was running.
+                profile = cProfile.Profile(time.thread_time)
+                profile.enable()
+
+            async def consume() -> None:
+                async for trajectory in scheduler.trajectories():
+                    key = trajectory.terminal_class.value
+                    classes[key] = classes.get(key, 0) + 1
+
+            try:
+                await asyncio.wait_for(consume(), max(0.1, start + cap - time.time()))
+            except TimeoutError:
+                await scheduler.cancel()
+            finished_at = min(time.time(), start + cap)
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(args["profile_driver"])
+            cpu = {
+                "driver": time.process_time() - cpu0[0],
+                "workers": _cpu_of(actor_pids) - cpu0[1],
+                "ray_system": _cpu_of(system_pids) - cpu0[2],
+            }
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    stats = {s.worker_index: s for s in episodes.final_stats}
+    samples: list[float] = []
+    pools: list[dict[str, Any]] = []
+    loops: set[str] = set()
+    for index in range(workers):
+        with open(os.path.join(args["ray_out_dir"], f"worker-{index}.json")) as fh:
+            record = json.load(fh)
+        samples.extend(record["samples"])
+        loops.add(record["event_loop"])
+        pools.append(
+            {
+                "episodes_in_flight": stats[index].peak_in_flight,
+                "engine_connections_per_engine": stats[index].engine_pool_size,
+                "sandbox_connections": record["sandbox_connections"],
+            }
+        )
+    return {
+        "samples": samples,
+        "classes": classes,
+        "finished_at": finished_at,
+        "cpu": cpu,
+        "pools": pools,
+        "episodes_per_worker": [stats[i].episodes for i in range(workers)],
+        "actor_event_loop": "+".join(sorted(loops)),
+    }
+
+
+def ray_driver_process(args: dict[str, Any], workers: int, cap: float, out: Any) -> None:
+    """The driver's process: a local Ray with ``ray_cpus`` CPUs (its start timed apart), then
+    :func:`ray_driver_main` on asyncio's loop (as the trainer's driver runs). The actors inherit
+    this process's environment: the bench's directory on ``PYTHONPATH`` and
+    :data:`RAY_PARTS_ENV`."""
+    import tempfile
+    import traceback
+
+    from agentrl.rollout.ray_workers import init_ray
+
+    try:
+        import ray
+
+        with tempfile.TemporaryDirectory(prefix="bench-rollout-") as out_dir:
+            here = os.path.dirname(os.path.abspath(__file__))
+            path = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = here if not path else os.pathsep.join((here, path))
+            os.environ[RAY_PARTS_ENV] = json.dumps(
+                {
+                    "sandbox_urls": args["sandbox_urls"],
+                    "sandbox_client": args["sandbox_client"],
+                    "out_dir": out_dir,
+                }
+            )
+            # Ray runs its workers at nice 15 unless told otherwise; the forked workers run at
+            # the bench's niceness, so on shared cores each path would meet the fakes on
+            # different terms.
+            os.environ[RAY_NICENESS_ENV] = str(args["ray_worker_niceness"])
+            began = time.time()
+            init_ray(num_cpus=args["ray_cpus"])
+            timings = {"init_seconds": time.time() - began}
+            try:
+                result = asyncio.run(
+                    ray_driver_main({**args, "ray_out_dir": out_dir}, workers, cap, out, timings)
+                )
+            finally:
+                ray.shutdown()
+        result["ray_startup_seconds"] = {k: round(v, 2) for k, v in timings.items()}
+        out.put(result)
+    except BaseException:
+        out.put({"error": traceback.format_exc()})
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
 # The parent: start servers, run a mode, sample the servers
 
 
@@ -592,8 +858,48 @@ async def _stats(session: aiohttp.ClientSession, urls: list[str]) -> dict[str, f
     return total
 
 
-def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) -> dict[str, Any]:
-    """Run the episodes over ``workers`` processes; stop after ``cap`` seconds at most."""
+def _processes(
+    ctx: Any,
+    out: Any,
+    args: dict[str, Any],
+    path: str,
+    workers: int,
+    defaults: bool,
+    cap: float,
+) -> tuple[list[Any], float | None]:
+    """The processes of a run (not started yet) and its start: now for worker processes; for
+    the Ray driver, the time it reports its first orders going out (after Ray's start)."""
+    if path == "ray":
+        return [ctx.Process(target=ray_driver_process, args=(args, workers, cap, out))], None
+    start = time.time()
+    worker_args = {**args, "deadline": start + cap}
+    procs = [
+        ctx.Process(target=worker_process, args=(worker_args, workers, i, defaults, out))
+        for i in range(workers)
+    ]
+    return procs, start
+
+
+def _receive(out: Any, results: list[dict[str, Any]]) -> float | None:
+    """Move the processes' results from ``out`` to ``results``; the start a driver reported,
+    if it did. A process's error is raised here."""
+    started = None
+    while not out.empty():
+        message = out.get()
+        if "error" in message:
+            raise RuntimeError(message["error"])
+        if "started" in message:
+            started = message["started"]
+        else:
+            results.append(message)
+    return started
+
+
+def run_mode(
+    args: dict[str, Any], *, workers: int, defaults: bool, cap: float, path: str = "processes"
+) -> dict[str, Any]:
+    """Run the episodes over ``workers`` processes (``path`` ``processes``: each with its own
+    scheduler; ``ray``: actors under one driver process); stop after ``cap`` seconds at most."""
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     n = args["concurrency"]
@@ -603,17 +909,12 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
         async with aiohttp.ClientSession() as session:
             engine0 = await _stats(session, engines)
             sandbox0 = await _stats(session, sandbox)
-            start = time.time()
-            worker_args = {**args, "deadline": start + cap}
-            procs = [
-                ctx.Process(target=worker_process, args=(worker_args, workers, i, defaults, out))
-                for i in range(workers)
-            ]
+            procs, start = _processes(ctx, out, args, path, workers, defaults, cap)
             for proc in procs:
                 proc.start()
             results: list[dict[str, Any]] = []
             series: list[tuple[float, float, float]] = []  # (time, in service, busy seconds)
-            while len(results) < workers:
+            while len(results) < len(procs):
                 busy_e = await _stats(session, engines)
                 busy_s = await _stats(session, sandbox)
                 series.append(
@@ -623,18 +924,21 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
                         busy_e["busy_seconds"] + busy_s["busy_seconds"],
                     )
                 )
-                while not out.empty():
-                    results.append(out.get())
+                alive = any(proc.is_alive() for proc in procs)
+                start = _receive(out, results) or start
+                if not alive and len(results) < len(procs):
+                    raise RuntimeError(f"{path}: a process exited without its results")
                 await asyncio.sleep(0.25)
             engine1 = await _stats(session, engines)
             sandbox1 = await _stats(session, sandbox)
             for proc in procs:
-                proc.join(timeout=10)
+                proc.join(timeout=30)
+        assert start is not None
         return {
             "results": results,
             "series": series,
             "start": start,
-            # When the last worker saw its last episode finish (or was cut at the cap).
+            # When the last worker (the driver) saw its last episode finish (or the cap).
             "end": max(r["finished_at"] for r in results),
             "llm_done": engine1["done"] - engine0["done"],
             "exec_done": sandbox1["done"] - sandbox0["done"],
@@ -647,7 +951,7 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
     if args.get("trace"):
         with open(args["trace"], "a") as fh:
             series = [(round(t - seen["start"], 3), busy) for t, busy, _ in seen["series"]]
-            fh.write(json.dumps({"defaults": defaults, "in_service": series}) + "\n")
+            fh.write(json.dumps({"defaults": defaults, "path": path, "in_service": series}) + "\n")
     start, end = seen["start"], seen["end"]
     wall = end - start
     samples = [s for r in seen["results"] for s in r["samples"]]
@@ -668,7 +972,12 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
     achieved_sampled = statistics.fmean(sampled) / n if sampled else 0.0
     work = seen["llm_done"] * args["llm_latency"] + seen["exec_done"] * args["tool_latency"]
     overhead = sorted((s - args["llm_latency"]) * 1000 for s in samples)
-    return {
+    pools = [p for r in seen["results"] for p in (r["pools"] if path == "ray" else [r["pools"]])]
+    if path == "ray":  # one result: the driver's (workers, driver, the rest of Ray)
+        cpu = {key: round(value, 2) for key, value in seen["results"][0]["cpu"].items()}
+    else:
+        cpu = {"workers": round(sum(r["cpu"] for r in seen["results"]), 2)}
+    report = {
         "achieved_ratio": round(achieved, 4),
         "achieved_ratio_sampled": round(achieved_sampled, 4),
         "ideal_throughput_ratio": round(work / (n * wall), 4) if wall > 0 else 0.0,
@@ -678,13 +987,19 @@ def run_mode(args: dict[str, Any], *, workers: int, defaults: bool, cap: float) 
         "llm_calls": len(samples),
         "overhead_p50_ms": round(_pct(overhead, 0.50), 2),
         "overhead_p99_ms": round(_pct(overhead, 0.99), 2),
-        "pools": {key: [r["pools"][key] for r in seen["results"]] for key in POOL_KEYS},
+        "pools": {key: [p[key] for p in pools] for key in POOL_KEYS},
         "cpu_seconds": {
-            "workers": round(sum(r["cpu"] for r in seen["results"]), 2),
+            **cpu,
             "engines": round(seen["cpu_engines"], 2),
             "sandbox": round(seen["cpu_sandbox"], 2),
         },
     }
+    if path == "ray":
+        (result,) = seen["results"]
+        report["ray_startup_seconds"] = result["ray_startup_seconds"]
+        report["episodes_per_worker"] = result["episodes_per_worker"]
+        report["actor_event_loop"] = result["actor_event_loop"]
+    return report
 
 
 POOL_KEYS = ("episodes_in_flight", "engine_connections_per_engine", "sandbox_connections")
@@ -739,6 +1054,29 @@ def main(argv: list[str] | None = None) -> int:
         default=default_event_loop(),
         help="event loop of the rollout workers (default: uvloop when installed, as Ray does)",
     )
+    parser.add_argument(
+        "--path",
+        choices=("processes", "ray"),
+        default="processes",
+        help="processes: each worker process schedules its share; ray: the trainer's driver "
+        "schedules the whole concurrency over RolloutWorker actors on a local Ray",
+    )
+    parser.add_argument(
+        "--ray-cpus",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="--path ray: CPUs of the local Ray, shared evenly by the worker actors",
+    )
+    parser.add_argument(
+        "--ray-worker-niceness",
+        type=int,
+        default=os.nice(0),
+        help="--path ray: niceness of the actors (default: this process's, as the forked "
+        "workers have; Ray's own default is 15, below the fakes on shared cores)",
+    )
+    parser.add_argument(
+        "--profile-driver", help="--path ray: write the driver's cProfile stats to this file"
+    )
     parser.add_argument("--trace", help="append the in-service time series to this file")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -770,8 +1108,12 @@ def main(argv: list[str] | None = None) -> int:
             "sandbox_client": opts.sandbox_client,
             "event_loop": opts.event_loop,
             "trace": opts.trace,
+            "ray_cpus": opts.ray_cpus,
+            "ray_worker_niceness": opts.ray_worker_niceness,
+            "profile_driver": opts.profile_driver,
         }
         report: dict[str, Any] = {
+            "path": opts.path,
             "configured": opts.concurrency,
             "turns": opts.turns,
             "llm_latency_s": opts.llm_latency,
@@ -784,8 +1126,22 @@ def main(argv: list[str] | None = None) -> int:
             "sandbox_client": opts.sandbox_client,
             "event_loop": opts.event_loop,
         }
+        if opts.path == "ray":
+            report.update(
+                {
+                    "ray_cpus": opts.ray_cpus,
+                    "ray_worker_niceness": opts.ray_worker_niceness,
+                    "driver_event_loop": "asyncio",
+                }
+            )
         report.update(
-            run_mode(args, workers=opts.workers, defaults=False, cap=ideal_wall * 1.3 + 3)
+            run_mode(
+                args,
+                workers=opts.workers,
+                defaults=False,
+                cap=ideal_wall * 1.3 + 3,
+                path=opts.path,
+            )
         )
         if not opts.skip_baseline:
             # Library defaults, one process, measured over the same ideal wall time.
