@@ -124,15 +124,22 @@ def test_observed_words_vote_for_next_tokens_through_their_own_weights() -> None
     voting = tiny.TinyPolicy(config)
     voting.load_state_dict(plain.state_dict())
     none_id, target = tok.token_id("None"), tok.token_id("missing_return")
-    with torch.no_grad():
-        voting.obs_vote.weight[none_id, target] = 0.5
+    with torch.no_grad():  # the vote of "None" at turn position 1 (the argument after apply)
+        voting.obs_vote.weight[1 * tok.vocab_size + none_id, target] = 0.5
     words = [tok.token_id(w) for w in ("got", "None", "expected", "value")]
-    features = tiny.StepFeatures(obs_ids=[words], prev_ids=[tok.token_id("apply")], positions=[1])
+    features = tiny.StepFeatures(
+        obs_ids=[words, words, words],
+        prev_ids=[tok.token_id("apply"), tok.bos_id, tok.eos_id],
+        positions=[1, 0, 7],
+    )
     with torch.no_grad():
-        delta = voting(features)[0] - plain(features)[0]
-    assert float(delta[target]) == pytest.approx(10.0 * 0.5 / 2.0)  # n = 4 → 1/sqrt(4)
-    others = torch.cat([delta[:target], delta[target + 1 :]])
+        delta = voting(features) - plain(features)
+    assert float(delta[0, target]) == pytest.approx(10.0 * 0.5 / 2.0)  # n = 4 → 1/sqrt(4)
+    others = torch.cat([delta[0, :target], delta[0, target + 1 :]])
     assert float(others.abs().max()) == 0.0
+    # Other turn positions have their own votes: the first word of a turn (which tool) and
+    # a late one are untouched by the argument's vote.
+    assert float(delta[1:].abs().max()) == 0.0
     # A fresh policy's votes are all zero, and the prior fit leaves them there.
     assert float(tiny.new_policy(0).obs_vote.weight.detach().abs().max()) == 0.0
     prior = tiny.initial_policy(0, steps=5)
@@ -162,8 +169,10 @@ def test_the_agents_earlier_turns_are_its_memory_and_vote_without_scaling() -> N
     remembering = tiny.TinyPolicy(config)
     remembering.load_state_dict(plain.state_dict())
     tried = tok.token_id("off_by_one")
+    position = rows.positions[0]
+    assert position == 1  # the argument of the current "apply"
     with torch.no_grad():
-        remembering.own_vote.weight[tried, tried] = -0.4
+        remembering.own_vote.weight[position * tok.vocab_size + tried, tried] = -0.4
         delta = remembering(rows)[0] - plain(rows)[0]
     assert float(delta[tried]) == pytest.approx(-4.0)  # 10 × -0.4, one word, no 1/sqrt(n)
     assert float(torch.cat([delta[:tried], delta[tried + 1 :]]).abs().max()) == 0.0

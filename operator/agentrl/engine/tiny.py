@@ -22,11 +22,13 @@ position is four things, all causal (they use only earlier tokens):
 
 ``h = tanh(obs + prev + pos)``, one residual tanh layer, then logits over the vocabulary, plus
 two direct *vote* terms: every observed word and every remembered word adds its own row of
-logits (``obs_vote``, ``own_vote``, times ``vote_gain``). The votes are what RL moves fastest:
-one word's association with one next token is one weight, so "an applied edit → run the
-tests", "``None`` in the log → ``missing_return``" or "already tried ``off_by_one`` → not again"
-are each learnable from a few hundred episodes, where through the hidden layer they were not
-(measured: no held-out gain in 1,280 episodes). About 1 M parameters. This is enough for the
+logits (``obs_vote``, ``own_vote``, times ``vote_gain``), one row per word *and turn position*
+(``vote_slots``: the tool word and its argument are different decisions). The votes are what
+RL moves fastest: one word's association with one next token is one weight, so "an applied
+edit → run the tests", "``None`` in the log → ``missing_return``" or "already tried
+``off_by_one`` → not again" are each learnable from a few hundred episodes, where through the
+hidden layer they were not (measured: no held-out gain in 1,280 episodes). About 2.6 M
+parameters, nearly all of them votes. This is enough for the
 toy tasks' contract; it cannot do anything a real SWE agent does, and is not meant to.
 
 The initial weights
@@ -97,6 +99,13 @@ class TinyConfig(BaseModel):
 
     vote_gain: float = Field(default=20.0, ge=0.0, le=1000.0)
     """Factor on the observation's direct votes for next tokens."""
+    vote_slots: int = Field(default=3, ge=1, le=16)
+    """Positions within an assistant turn that get their own vote rows (later positions share
+    the last). The first word of a turn (which tool) and the second (its argument: which
+    edit) are different decisions: with one shared table, what RL taught the votes for one
+    leaked into the other (measured: after ``apply``, 22% of the words written were tool
+    names instead of edits, and a failing log got ``apply`` 70% of the time instead of the
+    prior's 90%)."""
 
 
 class StepFeatures(BaseModel):
@@ -125,9 +134,10 @@ class TinyPolicy(nn.Module):
         self.position_embedding = nn.Embedding(config.max_turn_positions, d)
         self.hidden = nn.Linear(d, d)
         self.output = nn.Linear(d, v)
-        self.obs_vote = nn.EmbeddingBag(v, v, mode="sum")
+        # Row ``slot · V + word``: the vote of ``word`` at turn position ``slot``.
+        self.obs_vote = nn.EmbeddingBag(config.vote_slots * v, v, mode="sum")
         nn.init.zeros_(self.obs_vote.weight)
-        self.own_vote = nn.EmbeddingBag(v, v, mode="sum")
+        self.own_vote = nn.EmbeddingBag(config.vote_slots * v, v, mode="sum")
         nn.init.zeros_(self.own_vote.weight)
         for emb in (self.prev_embedding, self.position_embedding):
             nn.init.normal_(emb.weight, std=0.3)
@@ -154,13 +164,18 @@ class TinyPolicy(nn.Module):
         h = torch.tanh(obs + self.prev_embedding(prev) + self.position_embedding(pos))
         h = h + torch.tanh(self.hidden(h))
         logits: torch.Tensor = self.output(h)
-        votes = self.obs_vote(flat_t, offsets_t, per_sample_weights=weights_t)
+        v, top = self.config.vocab_size, self.config.vote_slots - 1
+        bases = [min(p, top) * v for p in features.positions]
+        slotted = [base + i for ids, base in zip(features.obs_ids, bases, strict=True) for i in ids]
+        votes = self.obs_vote(
+            torch.tensor(slotted, dtype=torch.long), offsets_t, per_sample_weights=weights_t
+        )
         if features.own_ids:
             own: list[int] = []
             own_offsets: list[int] = []
-            for ids in features.own_ids:
+            for ids, base in zip(features.own_ids, bases, strict=True):
                 own_offsets.append(len(own))
-                own.extend(ids)
+                own.extend(base + i for i in ids)
             votes = votes + self.own_vote(
                 torch.tensor(own, dtype=torch.long), torch.tensor(own_offsets, dtype=torch.long)
             )
