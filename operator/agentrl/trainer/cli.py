@@ -342,26 +342,24 @@ async def drive(
     if config.env.metrics_port is not None:
         server = serve(config.env.metrics_port, workers=exported)
         log.info("serving /metrics on port %d", server.port)
+    episodes = None
+    if rollout_workers:
+        from agentrl.rollout.ray_workers import RemoteEpisodes
+
+        episodes = RemoteEpisodes(rollout_workers, spec, on_metrics=exported.update)
     try:
         await _train(
-            config,
-            backend,
-            clients,
-            weight_sync,
-            checkpoints,
-            state,
-            stream,
-            admission,
-            tracker,
-            rollout_workers=rollout_workers,
-            worker_stats=built.rollout_workers,
-            exported=exported,
-        )
+            config, backend, clients, weight_sync, checkpoints, state, stream, admission, tracker,
+            episodes=episodes,
+        )  # fmt: skip
     finally:
         for client in clients:
             await client.close()
         if server is not None:
             server.close()
+        for stats in episodes.final_stats if episodes is not None else []:
+            log.info("rollout worker %s", stats.model_dump_json())
+            built.rollout_workers.append(stats.model_dump())
     return built
 
 
@@ -376,9 +374,7 @@ async def _train(
     admission: Any,
     tracker: Any,
     *,
-    rollout_workers: list[Any] | None = None,
-    worker_stats: list[dict[str, Any]],
-    exported: Any = None,
+    episodes: Any = None,
 ) -> None:
     from agentrl.trainer.loop import TrainingDriver
 
@@ -386,9 +382,7 @@ async def _train(
     for client in clients:
         # Engines load weights and capture graphs for minutes: wait as long as their probes do.
         await client.wait_healthy(deadline_seconds=float(spec.inference.startup_timeout_seconds))
-    async with _rollout_tier(
-        config, stream, admission, rollout_workers, worker_stats, exported
-    ) as scheduler:
+    async with _rollout_tier(config, stream, admission, episodes) as scheduler:
         driver = TrainingDriver(
             spec=spec,
             backend=backend,
@@ -407,37 +401,23 @@ async def _train(
 
 @contextlib.asynccontextmanager
 async def _rollout_tier(
-    config: TrainerConfig,
-    stream: Any,
-    admission: Any,
-    rollout_workers: list[Any] | None,
-    worker_stats: list[dict[str, Any]],
-    exported: Any,
+    config: TrainerConfig, stream: Any, admission: Any, episodes: Any
 ) -> AsyncIterator[Any]:
-    """The running scheduler: over the rollout worker actors when there are some, else in this
-    process; following the in-effect concurrency of the mounted ``runtime.yaml``."""
+    """The running scheduler: over the rollout worker actors of ``episodes`` (a
+    :class:`~agentrl.rollout.ray_workers.RemoteEpisodes`) when given, else in this process;
+    following the in-effect concurrency of the mounted ``runtime.yaml``."""
     from agentrl.rollout.concurrency_source import RuntimeFileSource
 
     spec = config.job.spec
     runtime_file = config.env.config.parent / CONFIG_RUNTIME_KEY
     source = RuntimeFileSource(runtime_file) if runtime_file.is_file() else None
-    if rollout_workers:
-        from agentrl.rollout.ray_workers import RemoteEpisodes, open_remote_rollout
+    if episodes is not None:
+        from agentrl.rollout.ray_workers import open_remote_rollout
 
-        episodes = RemoteEpisodes(
-            rollout_workers,
-            spec,
-            on_metrics=None if exported is None else exported.update,
-        )
-        try:
-            async with open_remote_rollout(
-                spec, episodes, tasks=stream, admission=admission, concurrency_source=source
-            ) as scheduler:
-                yield scheduler
-        finally:
-            for stats in episodes.final_stats:
-                log.info("rollout worker %s", stats.model_dump_json())
-                worker_stats.append(stats.model_dump())
+        async with open_remote_rollout(
+            spec, episodes, tasks=stream, admission=admission, concurrency_source=source
+        ) as scheduler:
+            yield scheduler
         return
     from agentrl.rollout.runtime import open_rollout
     from agentrl.sandbox import open_provider
@@ -720,10 +700,9 @@ def run_with_ray(
             log.error("the Ray head did not come up within %gs", timeout_s)
             return 1
         ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
+        # the rollout group too: its workers run the episodes (spec.rollout.workers ≥ 1)
         placed = placement.place(
-            placement.plan_placement(config.job),
-            timeout_s=timeout_s,
-            rollout=config.job.spec.rollout.workers > 0,
+            placement.plan_placement(config.job), timeout_s=timeout_s, rollout=True
         )
         try:
             built = run_placed(config, placed)
