@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls `make test`, which calls this).
-# Lint and the import-layer contracts first (seconds), then every test: unit tests, tests
-# against the real kube-apiserver (the control plane is built from pinned Go modules into
-# ~/.cache/agentrl on first use, then reused), and the e2e suites.
+# Lint and the import-layer contracts first (seconds); then `agentrl dev prepare` builds or
+# installs everything the tests need (the control plane and node binaries from pinned Go
+# modules, cached under ~/.cache/agentrl; seconds once cached) as its own step, so no test
+# spends its timeout on a build; then every test: unit tests, tests against the real
+# kube-apiserver, and the e2e suites.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ruff check operator tests e2e bench || exit 1
 lint-imports || exit 1
+
+# Everything the suite needs, built before pytest starts; stops here naming what is missing.
+agentrl dev prepare || exit 1
 
 python3 -m pytest -q -p no:cacheprovider "$@"
 status=$?

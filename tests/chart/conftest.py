@@ -14,7 +14,7 @@ from tests.chart.charting import Helm
 def helm() -> Helm:
     """helm for offline work; the same pinned binary the cluster fixture uses (built if missing,
     without starting a cluster)."""
-    return Helm(binaries.ensure(echo=False).helm)
+    return Helm(binaries.prepared().helm)
 
 
 @pytest.fixture(scope="session")

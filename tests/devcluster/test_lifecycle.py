@@ -40,7 +40,7 @@ def test_a_profile_file_with_a_typo_is_refused_naming_the_field(tmp_path: Path) 
 
 
 def test_a_port_in_use_is_reported_not_hung_on() -> None:
-    binaries.ensure(echo=False)
+    binaries.prepared()
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 46443))
@@ -92,7 +92,7 @@ def test_up_twice_is_safe_and_down_leaves_no_process_or_port() -> None:
 
 
 def test_env_prints_kubeconfig_and_path_exports() -> None:
-    binaries.ensure(echo=False)
+    binaries.prepared()
     result = _invoke("env", "--name", "envcheck")
     assert result.exit_code == 0
     lines = result.output.splitlines()

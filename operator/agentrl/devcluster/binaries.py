@@ -21,7 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +34,26 @@ class BinaryError(RuntimeError):
     """A binary could not be found or built; the message says what to do."""
 
 
+#: The control plane and its clients, without the real node's binaries.
+CONTROL_PLANE_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "helm",
+)
+
 #: binary name -> Go package path inside the Kubernetes build module.
 KUBERNETES_PACKAGES = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    # the real node: kubelet and kube-proxy from the same release as the control plane
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     "etcd": "./etcd",
 }
 
@@ -74,6 +90,9 @@ ALL_BINARIES = (
     "kubectl",
     "kwok",
     "helm",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
 )
 
 
@@ -88,6 +107,10 @@ class Binaries:
     kubectl: Path
     kwok: Path
     helm: Path
+    #: the real node's binaries (None when an existing cluster is used and they are not built)
+    kubelet: Path | None = None
+    kube_proxy: Path | None = None
+    coredns: Path | None = None
 
     def bin_dirs(self) -> list[str]:
         """Directories to put first on PATH so ``kubectl``/``helm`` resolve to these."""
@@ -105,13 +128,32 @@ def cache_root() -> Path:
 
 
 #: Bumped when the way a component is built changes, so caches of the old build are not used.
-BUILD_REVISION = {"kubernetes": "r2", "kwok": "r1", "helm": "r1"}
+BUILD_REVISION = {"kubernetes": "r3", "kwok": "r1", "helm": "r2", "coredns": "r1"}
+
+#: Written last into a component's staging directory, just before it is renamed into place: a
+#: cache directory without it is never taken for a finished build.
+STAMP = "build-info.json"
+
+#: component -> (version, binaries it holds)
+COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kubernetes": (versions.KUBERNETES, tuple(KUBERNETES_PACKAGES)),
+    "kwok": (versions.KWOK, ("kwok",)),
+    "helm": (versions.HELM, ("helm",)),
+    "coredns": (versions.COREDNS, ("coredns",)),
+}
 
 
 def _component_dir(component: str, version: str) -> Path:
     revision = BUILD_REVISION.get(component, "r1")
     suffix = "" if revision == "r1" else f"-{revision}"
     return cache_root() / "bin" / f"{component}-{version}{suffix}"
+
+
+def component_of(name: str) -> str:
+    for component, (_, names) in COMPONENTS.items():
+        if name in names:
+            return component
+    raise KeyError(name)
 
 
 def _version_ldflags() -> str:
@@ -131,15 +173,37 @@ def _version_ldflags() -> str:
     return " ".join(flags)
 
 
+def helm_client_go_version(go_mod: str) -> tuple[str, str]:
+    """The Kubernetes (major, minor) a helm release was built against, read from the
+    ``k8s.io/client-go v0.X.Y`` line of its go.mod, as helm's Makefile derives it."""
+    for line in go_mod.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "k8s.io/client-go" and parts[1].startswith("v0."):
+            minor = parts[1].split(".")[1]
+            return "1", minor
+    raise BinaryError("helm's go.mod names no k8s.io/client-go v0.x requirement")
+
+
+def helm_ldflags(go_mod: str) -> str:
+    """The ldflags helm's release build (its Makefile) stamps in: the client version, and the
+    Kubernetes version ``helm template``/``lint`` assume when no cluster is asked (without
+    these, helm assumes v1.20 and refuses any chart that needs a newer Kubernetes)."""
+    major, minor = helm_client_go_version(go_mod)
+    flags = [
+        "-s",
+        "-w",
+        f"-X helm.sh/helm/v3/internal/version.version=v{versions.HELM}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor={major}", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
+
+
 def cached_path(name: str) -> Path:
     """Where the pinned build of ``name`` lives in the cache."""
-    if name in KUBERNETES_PACKAGES:
-        return _component_dir("kubernetes", versions.KUBERNETES) / name
-    if name == "kwok":
-        return _component_dir("kwok", versions.KWOK) / name
-    if name == "helm":
-        return _component_dir("helm", versions.HELM) / name
-    raise KeyError(name)
+    component = component_of(name)
+    return _component_dir(component, COMPONENTS[component][0]) / name
 
 
 def _override_dirs() -> list[Path]:
@@ -151,6 +215,10 @@ def _override_dirs() -> list[Path]:
     return dirs
 
 
+def _finished(directory: Path) -> bool:
+    return (directory / STAMP).is_file()
+
+
 def find(name: str, *, allow_path: bool = False) -> Path | None:
     """The binary ``name`` if it is already available (override dirs, cache, maybe PATH)."""
     for directory in _override_dirs():
@@ -158,7 +226,7 @@ def find(name: str, *, allow_path: bool = False) -> Path | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     cached = cached_path(name)
-    if cached.is_file() and os.access(cached, os.X_OK):
+    if _finished(cached.parent) and cached.is_file() and os.access(cached, os.X_OK):
         return cached
     if allow_path:
         found = shutil.which(name)
@@ -173,10 +241,52 @@ def _go() -> str:
         raise BinaryError(
             "Go is needed to build the control-plane binaries and was not found on PATH. "
             "Install Go >= 1.24, or point KUBEBUILDER_ASSETS / AGENTRL_DEV_BIN_DIR at a "
-            "directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
-            "kubectl, kwok and helm."
+            "directory holding " + ", ".join(ALL_BINARIES) + "."
         )
     return go
+
+
+def _go_env(**extra: str) -> dict[str, str]:
+    # GOTOOLCHAIN=local: never download another Go toolchain (only module proxies are reachable)
+    return {**os.environ, "GOTOOLCHAIN": "local", **extra}
+
+
+class _Heartbeat:
+    """Prints a line every ``every`` seconds while a long step runs, counting the packages
+    ``go build -v`` has written to the log since the step began."""
+
+    def __init__(self, label: str, log: Path, *, echo: bool, every: float = 30.0) -> None:
+        self.label, self.log, self.echo, self.every = label, log, echo, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._offset = log.stat().st_size if log.exists() else 0
+        self._t0 = time.monotonic()
+
+    def _packages(self) -> int:
+        try:
+            with self.log.open("rb") as fh:
+                fh.seek(self._offset)
+                return sum(1 for line in fh if line and not line.startswith((b"$ ", b"go: ")))
+        except OSError:
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            elapsed = time.monotonic() - self._t0
+            print(
+                f"  ... {self.label}: {self._packages()} packages compiled, "
+                f"{int(elapsed // 60)}m{int(elapsed % 60):02d}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def __enter__(self) -> _Heartbeat:
+        if self.echo:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
 
 
 def _run(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> None:
@@ -184,27 +294,31 @@ def _run(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = N
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
         proc = subprocess.run(
-            cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False
+            cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env or _go_env(), check=False
         )
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-25:])
         raise BinaryError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
-def _kubernetes_go_mod(go: str, work: Path, log: Path) -> str:
-    """A go.mod requiring k8s.io/kubernetes with every staging module replaced by version."""
-    module = f"k8s.io/kubernetes@v{versions.KUBERNETES}"
+def _download_go_mod(go: str, module: str, work: Path) -> str:
     out = subprocess.run(
         [go, "mod", "download", "-json", module],
         cwd=work,
         capture_output=True,
         text=True,
         check=False,
+        env=_go_env(),
     )
     if out.returncode != 0:
         raise BinaryError(f"go mod download {module} failed:\n{out.stdout}\n{out.stderr}")
-    info = json.loads(out.stdout)
-    upstream = Path(info["GoMod"]).read_text()
+    return Path(json.loads(out.stdout)["GoMod"]).read_text()
+
+
+def _kubernetes_go_mod(go: str, work: Path, log: Path) -> str:
+    """A go.mod requiring k8s.io/kubernetes with every staging module replaced by version."""
+    module = f"k8s.io/kubernetes@v{versions.KUBERNETES}"
+    upstream = _download_go_mod(go, module, work)
     staging = versions.staging_version()
     replaces = []
     for line in upstream.splitlines():
@@ -230,10 +344,40 @@ def _kubernetes_go_mod(go: str, work: Path, log: Path) -> str:
     )
 
 
+def _staging_dir(component: str) -> tuple[Path, Path]:
+    target = _component_dir(component, COMPONENTS[component][0])
+    staging = target.with_name(target.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / STAMP).unlink(missing_ok=True)
+    return target, staging
+
+
+def _finish(component: str, target: Path, staging: Path) -> Path:
+    """Stamp the staging directory and move it into place (a rename: all or nothing)."""
+    version, names = COMPONENTS[component]
+    missing = [n for n in names if not (staging / n).is_file()]
+    if missing:
+        raise BinaryError(f"{component} build produced no {', '.join(missing)} in {staging}")
+    info = {
+        "component": component,
+        "version": version,
+        "revision": BUILD_REVISION.get(component, "r1"),
+        "binaries": list(names),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target
+
+
 def build_kubernetes(*, log: Path) -> Path:
-    """Build etcd and the Kubernetes binaries into the cache; returns their directory."""
+    """Build etcd and the Kubernetes binaries into the cache; returns their directory.
+
+    An interrupted build resumes: the generated module is rewritten, and Go's module and build
+    caches keep what was already downloaded and compiled."""
     go = _go()
-    target = _component_dir("kubernetes", versions.KUBERNETES)
     work = cache_root() / "src" / f"kubernetes-{versions.KUBERNETES}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "etcd").mkdir(exist_ok=True)
@@ -244,12 +388,12 @@ def build_kubernetes(*, log: Path) -> Path:
     (work / "tools.go").write_text(TOOLS_GO.format(imports=imports))
     (work / "go.mod").write_text(_kubernetes_go_mod(go, work, log))
     _run([go, "mod", "tidy"], cwd=work, log=log)
-    staging = target.with_name(target.name + ".partial")
-    staging.mkdir(parents=True, exist_ok=True)
+    target, staging = _staging_dir("kubernetes")
     _run(
         [
             go,
             "build",
+            "-v",
             "-trimpath",
             f"-ldflags={_version_ldflags()}",
             "-o",
@@ -258,29 +402,55 @@ def build_kubernetes(*, log: Path) -> Path:
         ],
         cwd=work,
         log=log,
+        # static binaries as upstream releases them: the kubelet then runs in any root fs
+        env=_go_env(CGO_ENABLED="0"),
     )
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
-    return target
+    return _finish("kubernetes", target, staging)
 
 
-def _go_install(package: str, version: str, component: str, *, log: Path) -> Path:
+def _go_install(component: str, package: str, *, log: Path, ldflags: str = "-s -w") -> Path:
     go = _go()
-    target = _component_dir(component, version)
-    staging = target.with_name(target.name + ".partial")
-    staging.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
+    target, staging = _staging_dir(component)
+    env = _go_env(GOBIN=str(staging), CGO_ENABLED="0")
+    version = COMPONENTS[component][0]
     _run(
-        [go, "install", "-trimpath", "-ldflags=-s -w", f"{package}@v{version}"],
+        [go, "install", "-v", "-trimpath", f"-ldflags={ldflags}", f"{package}@v{version}"],
         cwd=staging,
         log=log,
         env=env,
     )
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
-    return target
+    return _finish(component, target, staging)
+
+
+def build_helm(*, log: Path) -> Path:
+    """helm as its release build makes it (see :func:`helm_ldflags`)."""
+    work = cache_root() / "src"
+    work.mkdir(parents=True, exist_ok=True)
+    go_mod = _download_go_mod(_go(), f"helm.sh/helm/v3@v{versions.HELM}", work)
+    return _go_install("helm", "helm.sh/helm/v3/cmd/helm", log=log, ldflags=helm_ldflags(go_mod))
+
+
+def _build_steps() -> dict[str, tuple[str, Callable[..., Path]]]:
+    return {
+        "kubernetes": (
+            f"kubernetes v{versions.KUBERNETES} + etcd v{versions.ETCD}",
+            build_kubernetes,
+        ),
+        "kwok": (
+            f"kwok v{versions.KWOK}",
+            lambda log: _go_install("kwok", "sigs.k8s.io/kwok/cmd/kwok", log=log),
+        ),
+        "helm": (f"helm v{versions.HELM}", build_helm),
+        "coredns": (
+            f"coredns v{versions.COREDNS}",
+            lambda log: _go_install("coredns", "github.com/coredns/coredns", log=log),
+        ),
+    }
+
+
+def missing(names: tuple[str, ...] = ALL_BINARIES) -> list[str]:
+    """The binaries among ``names`` that are neither overridden nor built in the cache."""
+    return [n for n in names if find(n) is None]
 
 
 def build(names: tuple[str, ...] = ALL_BINARIES, *, echo: bool = True) -> float:
@@ -288,49 +458,46 @@ def build(names: tuple[str, ...] = ALL_BINARIES, *, echo: bool = True) -> float:
     log = cache_root() / "build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    missing = [n for n in names if find(n) is None]
-    steps: list[tuple[str, object]] = []
-    if any(n in KUBERNETES_PACKAGES for n in missing):
-        steps.append(
-            (f"kubernetes v{versions.KUBERNETES} + etcd v{versions.ETCD}", build_kubernetes)
-        )
-    if "kwok" in missing:
-        steps.append(
-            (
-                f"kwok v{versions.KWOK}",
-                lambda log: _go_install(
-                    "sigs.k8s.io/kwok/cmd/kwok", versions.KWOK, "kwok", log=log
-                ),
-            )
-        )
-    if "helm" in missing:
-        steps.append(
-            (
-                f"helm v{versions.HELM}",
-                lambda log: _go_install("helm.sh/helm/v3/cmd/helm", versions.HELM, "helm", log=log),
-            )
-        )
-    for label, step in steps:
+    wanted = {component_of(n) for n in missing(names)}
+    for component, (label, step) in _build_steps().items():
+        if component not in wanted:
+            continue
         if echo:
             print(f"building {label} (log: {log}) ...", file=sys.stderr, flush=True)
         t0 = time.monotonic()
-        step(log=log)  # type: ignore[operator]
+        with _Heartbeat(label, log, echo=echo):
+            step(log=log)
         if echo:
             print(f"  built {label} in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
     return time.monotonic() - started
 
 
-def ensure(*, build_missing: bool = True, echo: bool = True) -> Binaries:
-    """Every binary, building the missing ones (or taking them from PATH if not building)."""
+def ensure(
+    *,
+    build_missing: bool = True,
+    echo: bool = True,
+    allow_path: bool | None = None,
+    names: tuple[str, ...] = ALL_BINARIES,
+) -> Binaries:
+    """Every binary, building the missing ones (or, when not building, taking them from PATH
+    unless ``allow_path=False``: the test suite takes only the pinned builds)."""
     if build_missing:
         build(echo=echo)
+    path_ok = (not build_missing) if allow_path is None else allow_path
     paths: dict[str, Path] = {}
-    for name in ALL_BINARIES:
-        found = find(name, allow_path=not build_missing)
+    for name in names:
+        found = find(name, allow_path=path_ok)
         if found is None:
             raise BinaryError(
-                f"{name} not found: run 'agentrl dev cluster build' (needs Go), or set "
+                f"{name} v{COMPONENTS[component_of(name)][0]} not found: run "
+                "'agentrl dev prepare' (needs Go), or set "
                 "KUBEBUILDER_ASSETS / AGENTRL_DEV_BIN_DIR to a directory that has it"
             )
         paths[name.replace("-", "_")] = found
     return Binaries(**paths)
+
+
+def prepared() -> Binaries:
+    """The pinned binaries, never building: what the test suite uses. ``agentrl dev prepare``
+    (the test command's step before pytest) builds them, so no test waits on a build."""
+    return ensure(build_missing=False, allow_path=False)

@@ -24,6 +24,37 @@ def dev() -> None:
     """Local development tools."""
 
 
+@dev.command("prepare")
+@click.option(
+    "--only",
+    multiple=True,
+    help="Run only this step (repeatable); `agentrl dev prepare --list` names them.",
+)
+@click.option("--list", "list_steps", is_flag=True, help="List the steps and whether each is done.")
+@click.option(
+    "--check", is_flag=True, help="Build nothing: exit 1 unless every step is already done."
+)
+def prepare_cmd(only: tuple[str, ...], list_steps: bool, check: bool) -> None:
+    """Build or install everything the tests and the local cluster need (before any test).
+
+    The README's test command runs this between lint and pytest. Each step is skipped when
+    its result is already cached; an interrupted step resumes where its caches left it.
+    """
+    from agentrl.devcluster import prepare
+
+    if list_steps:
+        for step in prepare.steps():
+            state = "done" if step.is_done() else "to do"
+            click.echo(f"{step.name:<12} {state:<6} {step.describe}")
+        return
+    try:
+        spent = prepare.prepare(only, check_only=check)
+    except prepare.PrepareError as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"prepared in {spent:.0f}s", err=True)
+
+
 @dev.group()
 def cluster() -> None:
     """A real Kubernetes control plane on loopback with simulated AMD GPU nodes (kwok).
@@ -164,7 +195,9 @@ def env(name: str) -> None:
     """Print shell exports for the cluster (eval "$(agentrl dev cluster env)")."""
     try:
         local = LocalCluster(name)
-        bins = binaries.ensure(build_missing=False, echo=False)
+        bins = binaries.ensure(
+            build_missing=False, echo=False, names=binaries.CONTROL_PLANE_BINARIES
+        )
     except (ClusterError, binaries.BinaryError) as exc:
         _fail(str(exc))
         return
@@ -175,7 +208,7 @@ def env(name: str) -> None:
 
 @cluster.command()
 def build() -> None:
-    """Build (or find) the pinned binaries and print where they are."""
+    """Build (or find) the pinned binaries and print where they are (part of `dev prepare`)."""
     started = time.monotonic()
     try:
         bins = binaries.ensure(echo=True)

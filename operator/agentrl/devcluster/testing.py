@@ -53,9 +53,12 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
     """A cluster for a test session; started (and stopped) only when none is given."""
     existing = os.environ.get("AGENTRL_TEST_KUBECONFIG")
     if existing:
-        yield ClusterHandle(Path(existing), binaries.ensure(build_missing=False, echo=False))
+        yield ClusterHandle(
+            Path(existing),
+            binaries.ensure(build_missing=False, echo=False, names=binaries.CONTROL_PLANE_BINARIES),
+        )
         return
-    bins = binaries.ensure(echo=True)
+    bins = binaries.prepared()
     local = LocalCluster(TEST_CLUSTER_NAME, port=TEST_CLUSTER_PORT)
     if not local.apiserver_ready():
         # a fresh control plane: nothing a crashed earlier session left in etcd leaks in

@@ -17,6 +17,8 @@ ETCD = "3.6.4"
 KWOK = "0.7.0"
 #: helm.sh/helm/v3.
 HELM = "3.19.0"
+#: github.com/coredns/coredns: cluster DNS on the real node (the release kubeadm v1.34 installs).
+COREDNS = "1.12.1"
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
