@@ -59,7 +59,7 @@ import torch
 from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
-from agentrl.trainer import megatron_weights
+from agentrl.trainer import megatron_export, megatron_weights
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.hf_config import (
     HFModelConfig,
@@ -129,6 +129,39 @@ def _have_transformer_engine() -> bool:
     return True
 
 
+def check_layout(hf: HFModelConfig, trainer: TrainerSpec) -> None:
+    """Refuse a parallel layout this model cannot be split into, naming the field (the spec's
+    own rules, checked at apply time, cannot see the model's ``config.json``).
+
+    Raises:
+        ValueError: a size megatron-core would reject or mis-split the model with.
+    """
+    p = trainer.parallelism
+    problems = []
+    if hf.vocab_size % p.tensor:
+        problems.append(f"vocab_size {hf.vocab_size} is not divisible by parallelism.tensor")
+    if hf.num_attention_heads % p.tensor or hf.kv_heads % p.tensor:
+        problems.append(
+            f"attention heads ({hf.num_attention_heads}) and key/value heads ({hf.kv_heads}) "
+            f"must be divisible by parallelism.tensor ({p.tensor})"
+        )
+    if hf.num_hidden_layers % p.pipeline:
+        problems.append(
+            f"num_hidden_layers ({hf.num_hidden_layers}) must be divisible by "
+            f"parallelism.pipeline ({p.pipeline})"
+        )
+    if p.expert > 1 and not hf.is_moe:
+        problems.append(f"parallelism.expert is {p.expert} but the model has no experts (dense)")
+    if hf.num_experts is not None and hf.num_experts % p.expert:
+        problems.append(
+            f"num_experts ({hf.num_experts}) must be divisible by parallelism.expert ({p.expert})"
+        )
+    if problems:
+        raise ValueError(
+            f"spec.trainer.parallelism does not fit {hf.architecture}: " + "; ".join(problems)
+        )
+
+
 def build_gpt_model(
     hf: HFModelConfig, trainer: TrainerSpec, *, params_dtype: torch.dtype = torch.bfloat16
 ) -> Any:
@@ -148,12 +181,16 @@ def build_gpt_model(
             "parallelism.context > 1 is not supported by the megatron backend yet "
             "(sequences are not split across context-parallel ranks)"
         )
-    tp = trainer.parallelism.tensor
-    if hf.vocab_size % tp:
-        raise ValueError(f"vocab_size {hf.vocab_size} is not divisible by tensor parallel {tp}")
+    kwargs = transformer_config_kwargs(hf, trainer)
+    if hf.is_moe and not gpu_available():
+        # megatron-core 0.16's all-to-all dispatcher makes a CUDA stream when it is built; the
+        # all-gather one holds no state of its own (neither has parameters), so a host without
+        # a GPU builds the same parameters with it — it cannot step anyway (see above).
+        kwargs["moe_token_dispatcher_type"] = "allgather"
+    check_layout(hf, trainer)
     with _quiet():
         config = TransformerConfig(
-            **transformer_config_kwargs(hf, trainer),
+            **kwargs,
             activation_func=torch.nn.functional.silu,
             params_dtype=params_dtype,
             pipeline_dtype=params_dtype,
@@ -473,40 +510,25 @@ class MegatronBackend:
                 )
                 param.copy_(piece.to(param.dtype))
 
-    def hf_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """This rank's parameters as whole HF tensors (tensor-parallel pieces gathered; a
-        collective over the tensor-parallel group, so every rank of it must iterate)."""
-        for name, param in self.model.named_parameters():
-            dim, group, _, size = self._tp(param)
-            tensor = param.detach()
-            if size > 1:
-                pieces = [torch.empty_like(tensor) for _ in range(size)]
-                torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
-                tensor = megatron_weights.unshard(name, pieces, partition_dim=dim)
-            yield from megatron_weights.to_hf(self.global_name(name), tensor, self.hf)
+    def gathered(self, name: str, param: torch.Tensor) -> torch.Tensor:
+        """``param`` whole: its tensor-parallel pieces gathered (a collective over its
+        tensor-parallel group, so every rank of the group must call it for the same name)."""
+        dim, group, _, size = self._tp(param)
+        tensor = param.detach()
+        if size == 1:
+            return tensor
+        pieces = [torch.empty_like(tensor) for _ in range(size)]
+        torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+        return megatron_weights.unshard(name, pieces, partition_dim=dim)
 
-    def _writes_export(self) -> bool:
-        # One writer per pipeline stage and expert-parallel rank: tensor-parallel pieces were
-        # gathered and data-parallel replicas are equal.
-        return (
-            self.ps.get_tensor_model_parallel_rank() == 0
-            and self.ps.get_data_parallel_rank() == 0
-            and self.ps.get_context_parallel_rank() == 0
-        )
+    def hf_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The HF tensors this rank owns (:func:`agentrl.trainer.megatron_export.owns`: one
+        owner per parameter in the world), whole; every rank must iterate to the end."""
+        yield from megatron_export.owned_tensors(self)
 
     def _export(self, directory: Path) -> None:
-        from safetensors.torch import save_file
-
         directory.mkdir(parents=True, exist_ok=True)
-        ep_rank = self.ps.get_expert_model_parallel_rank()
-        tensors: dict[str, torch.Tensor] = {}
-        for name, tensor in self.hf_tensors():
-            # Replicated (non-expert) tensors are written by expert-parallel rank 0 only.
-            if ep_rank == 0 or ".mlp.experts." in name:
-                tensors[name] = tensor.to("cpu").contiguous()
-        if self._writes_export() and tensors:
-            stage = self.ps.get_pipeline_model_parallel_rank()
-            save_file(tensors, str(directory / f"model-pp{stage:03d}-ep{ep_rank:03d}.safetensors"))
+        megatron_export.write_shards(self, directory)
         if torch.distributed.get_rank() == 0 and self.model_dir is not None:
             for side in HF_SIDE_FILES:
                 if (self.model_dir / side).is_file():
@@ -535,8 +557,7 @@ class MegatronBackend:
             elif command.op == "export":
                 self._export(Path(command.path or ""))
             elif command.op == "named_tensors":
-                for _ in self.hf_tensors():
-                    pass
+                megatron_export.stream_to_rank0(self)
 
     def stop_followers(self) -> None:
         """Rank 0: release the other ranks from :meth:`follow`."""
@@ -565,17 +586,15 @@ class MegatronBackend:
         self._announce(_Command(op="export", path=str(directory)))
         self._export(directory)
 
-    def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """HF-named whole tensors for a distributed weight push, on rank 0. Only a model held
-        whole by rank 0's pipeline (pipeline and expert parallel 1) can be pushed this way."""
-        p = self.spec.parallelism
-        if p.pipeline > 1 or p.expert > 1:
-            raise NotImplementedError(
-                "weightSync.mode distributed pushes from trainer rank 0, which holds every layer "
-                "only with parallelism.pipeline = expert = 1; use weightSync.mode disk"
-            )
+    def named_tensors(self) -> megatron_export.Stream:
+        """The whole HF-named state dict for a distributed weight push, on rank 0: every
+        tensor's name, dtype and shape first, then the tensors one at a time as the owning
+        ranks send them (pipeline stages, expert-parallel ranks; see
+        :mod:`agentrl.trainer.megatron_export`)."""
         self._announce(_Command(op="named_tensors"))
-        yield from self.hf_tensors()
+        stream = megatron_export.stream_to_rank0(self)
+        assert stream is not None  # rank 0
+        return stream
 
     # -- implementations -------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -192,13 +192,65 @@ class DiskWeightSync:
                 child.rmdir()
 
 
+def _announced(source: Any) -> tuple[list[str], list[str], list[list[int]], Iterator[Any]]:
+    """Names, dtypes, shapes and the (name, tensor) pairs of one push. ``source`` is either
+    (name, tensor) pairs (read whole here) or a stream that announces its tensors first (a
+    ``specs`` list of name/dtype/shape and a ``tensors`` iterator that produces them one at a
+    time: :class:`agentrl.trainer.megatron_export.Stream`), so a model larger than one rank's
+    memory is pushed without ever being whole in one place."""
+    specs = getattr(source, "specs", None)
+    if specs is not None:
+        return (
+            [s.name for s in specs],
+            [s.dtype for s in specs],
+            [list(s.shape) for s in specs],
+            iter(source.tensors),
+        )
+    named = list(source)
+    return (
+        [n for n, _ in named],
+        [str(t.dtype).removeprefix("torch.") for _, t in named],
+        [list(t.shape) for _, t in named],
+        iter(named),
+    )
+
+
+def _broadcast_all(group: BroadcastGroup, names: Sequence[str], items: Iterator[Any]) -> None:
+    """Broadcast every announced tensor in order. The source is always read to the end, even
+    after a failed broadcast: a stream's tensors come from other trainer ranks that block until
+    they are received."""
+    error: BaseException | None = None
+    count = 0
+    for i, (name, tensor) in enumerate(items):
+        count = i + 1
+        if error is not None:
+            continue
+        if i >= len(names) or name != names[i]:
+            error = RuntimeError(f"tensor {i} is {name}, but {names[i : i + 1]} was announced")
+            continue
+        try:
+            group.broadcast(tensor.contiguous())
+        except (RuntimeError, ValueError) as exc:
+            error = exc
+    if error is None and count != len(names):
+        error = RuntimeError(f"{count} tensors came for {len(names)} announced")
+    if error is not None:
+        raise error
+
+
+def _drain(items: Iterator[Any]) -> None:
+    for _ in items:
+        pass
+
+
 class DistributedWeightSync:
     """``weightSync.mode: distributed``.
 
     Args:
         clients: one client per engine.
-        tensors: yields the trainer's current weights as (HF name, tensor) — whole tensors, on
-            the device the group's backend sends from (the GPU for nccl).
+        tensors: the trainer's current weights as (HF name, tensor) — whole tensors, on the
+            device the group's backend sends from (the GPU for nccl) — or a stream that
+            announces them first (see :func:`_announced`).
         master_address: this trainer pod's address as engines reach it (its stable DNS name).
         master_port: the rendezvous port of the broadcast group (not the trainer's own
             ``MASTER_PORT``: that one belongs to its megatron world).
@@ -287,13 +339,10 @@ class DistributedWeightSync:
         if self.group is None:
             await self._form_group()
         assert self.group is not None
-        named = list(self.tensors())
-        names = [n for n, _ in named]
-        dtypes = [str(t.dtype).removeprefix("torch.") for _, t in named]
-        shapes = [list(t.shape) for _, t in named]
-        for c in self.clients:
-            await c.pause_generation(mode="in_place")
+        names, dtypes, shapes, items = _announced(self.tensors())
         try:
+            for c in self.clients:
+                await c.pause_generation(mode="in_place")
             calls = [
                 c.update_weights_from_distributed(
                     names=names,
@@ -305,10 +354,11 @@ class DistributedWeightSync:
                 )
                 for c in self.clients
             ]
-            group = self.group
-            sending = asyncio.to_thread(lambda: [group.broadcast(t.contiguous()) for _, t in named])
+            sending = asyncio.to_thread(_broadcast_all, self.group, names, items)
             _, *results = await asyncio.gather(sending, *calls, return_exceptions=True)
         finally:
+            # Whatever failed, the source is read to the end (trainer ranks wait to send).
+            await asyncio.to_thread(_drain, items)
             for c in self.clients:
                 try:
                     await c.flush_cache()
