@@ -1,4 +1,4 @@
-"""SWE-bench/SWE-smith JSONL and Harbor directories read into tasks."""
+"""SWE-bench 5.x / SWE-smith JSONL and Harbor directories read into tasks."""
 
 from __future__ import annotations
 
@@ -8,19 +8,16 @@ from pathlib import Path
 import pytest
 
 from agentrl.api.model import DatasetFormat, DatasetSpec
-from agentrl.rollout.tasks import DatasetError, load_dataset, load_tasks, split_held_out
-from agentrl.rollout.tasks.model import NamedTestsVerification, RewardFileVerification
-from agentrl.rollout.tasks.swebench import BUG_PATCH_PATH
-
-TEST_PATCH = """\
-diff --git a/tests/test_core.py b/tests/test_core.py
---- a/tests/test_core.py
-+++ b/tests/test_core.py
-@@ -1 +1,2 @@
- x
-+y
-diff --git a/tests/test_io.py b/tests/test_io.py
-"""
+from agentrl.rollout.tasks import (
+    DatasetError,
+    load_dataset,
+    load_tasks,
+    split_held_out,
+    task_images,
+)
+from agentrl.rollout.tasks.model import HarnessVerification, RewardFileVerification
+from agentrl.rollout.tasks.swebench import task_from_instance
+from tests.rollout.swebench_rows import row
 
 
 def write_jsonl(path: Path, records: list[dict[str, object]]) -> Path:
@@ -28,70 +25,176 @@ def write_jsonl(path: Path, records: list[dict[str, object]]) -> Path:
     return path
 
 
-def test_a_swebench_instance_becomes_a_tests_task_on_its_image(tmp_path: Path) -> None:
-    record = {
-        "instance_id": "astropy__astropy-12907",
-        "repo": "astropy/astropy",
-        "base_commit": "abc",
-        "patch": "diff --git a/x b/x\n",
-        "test_patch": TEST_PATCH,
-        "problem_statement": "Fix it.",
-        # The Hugging Face export stores the lists as JSON strings.
-        "FAIL_TO_PASS": json.dumps(["tests/test_core.py::test_new"]),
-        "PASS_TO_PASS": json.dumps(["tests/test_io.py::test_old"]),
+def smith_row(**changes: object) -> dict[str, object]:
+    """A SWE-smith row (the keys of the published SWE-smith dataset)."""
+    record: dict[str, object] = {
+        "instance_id": "pandas-dev__pandas.95280573.func_pm_op_swap__abc",
+        "repo": "swesmith/pandas-dev__pandas.95280573",
+        "image_name": "swebench/swesmith.x86_64.pandas-dev_1776_pandas.95280573",
+        "patch": "diff --git a/pandas/core/ops.py b/pandas/core/ops.py\n",
+        "problem_statement": "Subtraction is reversed",
+        "FAIL_TO_PASS": json.dumps(
+            ["pandas/tests/test_ops.py::test_sub", "pandas/tests/test_ops.py::test_rsub"]
+        ),
+        "PASS_TO_PASS": json.dumps(["pandas/tests/frame/test_api.py::test_len"]),
+        "created_at": "2025-03-10T12:00:00",
     }
+    record.update(changes)
+    return record
+
+
+def test_a_swebench_row_keeps_its_image_eval_script_parser_and_eval_type(
+    tmp_path: Path,
+) -> None:
+    record = row(
+        "astropy__astropy-12907",
+        "astropy/astropy",
+        fail_to_pass=["tests/test_m.py::test_new"],
+        pass_to_pass=["tests/test_m.py::test_old"],
+        log_parser="parse_log_astropy",
+        test_command="pytest -rA -vv -o console_output_style=classic --tb=no",
+        test_file="tests/test_m.py",
+    )
     [task] = load_dataset(write_jsonl(tmp_path / "d.jsonl", [record]))
-    assert task.id == "astropy__astropy-12907"
+    assert (task.id, task.source) == ("astropy__astropy-12907", "swebench")
     assert task.image == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
     assert task.workdir == "/testbed"
-    assert task.instruction == "Fix it."
+    assert task.instruction == "astropy/astropy: something is wrong"
+    assert task.files == {} and task.setup_commands == []
     verification = task.verification
-    assert isinstance(verification, NamedTestsVerification)
-    assert verification.fail_to_pass == ["tests/test_core.py::test_new"]
-    assert verification.pass_to_pass == ["tests/test_io.py::test_old"]
-    assert verification.test_command == (
-        "python -m pytest -rA -p no:cacheprovider tests/test_core.py tests/test_io.py"
+    assert isinstance(verification, HarnessVerification)
+    assert verification.harness == "swebench"
+    assert verification.log_parser == "parse_log_astropy"
+    assert verification.eval_type == "pass_and_fail"
+    # the JSON strings of the export, decoded
+    assert verification.fail_to_pass == ["tests/test_m.py::test_new"]
+    assert verification.pass_to_pass == ["tests/test_m.py::test_old"]
+    # the row's own script: its conda activation, test patch heredoc and test command
+    script = verification.eval_script
+    assert "source /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\n" in script
+    assert "git apply -v - <<'EOF_114329324912'\ndiff --git a/tests/test_m.py" in script
+    assert "\npytest -rA -vv -o console_output_style=classic --tb=no tests/test_m.py\n" in script
+    assert task.reference.patch == record["patch"]
+    assert task.reference.patch_commands == [
+        "git apply --verbose",
+        "git apply --verbose --3way",
+        "git apply --verbose --reject",
+        "patch --batch --forward --fuzz=5 -p1 -i",
+    ]
+
+
+def test_a_row_of_a_fail_only_repository_without_eval_type_is_graded_fail_only() -> None:
+    record = row(
+        "eslint__eslint-1",
+        "eslint/eslint",
+        fail_to_pass=["a"],
+        pass_to_pass=[],
+        log_parser="parse_log_pytest",
+        test_command="pytest -rA",
+        test_file="tests/test_m.py",
     )
-    assert task.reference.patch == "diff --git a/x b/x\n"
-    assert task.reference.patch_reverse is False
+    del record["eval_type"]
+    verification = task_from_instance(record).verification
+    assert isinstance(verification, HarnessVerification)
+    assert verification.eval_type == "fail_only"
 
 
-def test_django_instances_use_djangos_runner_with_module_labels(tmp_path: Path) -> None:
-    record = {
+def test_a_row_from_before_5x_is_refused_with_the_fix(tmp_path: Path) -> None:
+    old = {
         "instance_id": "django__django-1",
         "repo": "django/django",
         "patch": "p",
         "test_patch": "diff --git a/tests/queries/test_q.py b/tests/queries/test_q.py\n",
         "FAIL_TO_PASS": ["test_x (queries.test_q.QTests)"],
     }
-    [task] = load_dataset(write_jsonl(tmp_path / "d.jsonl", [record]))
-    assert isinstance(task.verification, NamedTestsVerification)
-    assert task.verification.log_format == "django"
-    assert task.verification.test_command.endswith("--parallel 1 queries.test_q")
+    path = write_jsonl(tmp_path / "d.jsonl", [old])
+    with pytest.raises(DatasetError) as caught:
+        load_dataset(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:1 (django__django-1): not a SWE-bench instance: ")
+    assert "eval_script missing; SWE-bench 5.x rows carry image, eval_script" in message
+    assert "re-export the dataset with swebench>=5" in message
 
 
-def test_a_swesmith_instance_plants_its_bug_at_setup_and_reverts_it_as_reference(
+def test_a_log_parser_we_do_not_implement_is_refused_naming_it() -> None:
+    record = row(
+        "chartjs__Chart.js-1",
+        "chartjs/Chart.js",
+        fail_to_pass=["a"],
+        pass_to_pass=[],
+        log_parser="parse_log_chart_js",
+        test_command="npx karma",
+        test_file="test/x.js",
+    )
+    with pytest.raises(DatasetError, match=r"log_parser 'parse_log_chart_js' is not supported"):
+        task_from_instance(record)
+
+
+def test_a_swesmith_row_plants_and_commits_its_bug_and_reverts_it_as_reference(
     tmp_path: Path,
 ) -> None:
-    record = {
-        "instance_id": "pandas-dev__pandas.95280573.func_pm_op_swap__abc",
-        "repo": "swesmith/pandas-dev__pandas.95280573",
-        "image_name": "jyangballin/swesmith.x86_64.pandas-dev_1776_pandas.95280573",
-        "patch": "BUG PATCH",
-        "FAIL_TO_PASS": ["t::a"],
-        "PASS_TO_PASS": [],
-    }
-    [task] = load_dataset(write_jsonl(tmp_path / "d.jsonl", [record]))
-    assert task.image == "jyangballin/swesmith.x86_64.pandas-dev_1776_pandas.95280573"
-    assert task.files == {BUG_PATCH_PATH: "BUG PATCH"}
-    assert task.setup_commands == [f"git apply {BUG_PATCH_PATH}"]
-    assert (task.reference.patch, task.reference.patch_reverse) == ("BUG PATCH", True)
+    [task] = load_dataset(write_jsonl(tmp_path / "d.jsonl", [smith_row()]))
+    assert task.source == "swesmith"
+    assert task.image == "swebench/swesmith.x86_64.pandas-dev_1776_pandas.95280573"
+    assert task.workdir == "/testbed"
+    assert task.files == {".git/agentrl/bug.patch": smith_row()["patch"]}
+    assert task.setup_commands == [
+        "git apply .git/agentrl/bug.patch && rm -f .git/agentrl/bug.patch && git add -A && "
+        "git -c user.name=agentrl -c user.email=agentrl@localhost commit -q --no-verify "
+        "-m 'SWE-smith bug'"
+    ]
+    assert (task.reference.patch, task.reference.patch_reverse) == (smith_row()["patch"], True)
+    verification = task.verification
+    assert isinstance(verification, HarnessVerification)
+    assert (verification.harness, verification.log_parser) == ("swesmith", "swesmith_python")
+    # SWE-smith's eval.sh for the Python profile, after its reset of the F2P/P2P test files
+    assert verification.eval_script == (
+        "#!/bin/bash\n"
+        "set -uxo pipefail\n"
+        "cd /testbed\n"
+        "git checkout -- pandas/tests/frame/test_api.py pandas/tests/test_ops.py\n"
+        ": '>>>>> Start Test Output'\n"
+        "source /opt/miniconda3/bin/activate; conda activate testbed; "
+        "pytest --disable-warnings --color=no --tb=no --verbose\n"
+        ": '>>>>> End Test Output'\n"
+    )
 
 
-def test_an_instance_without_fail_to_pass_is_refused_naming_the_line(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "d.jsonl", [{"instance_id": "a", "repo": "r", "patch": "p"}])
-    with pytest.raises(DatasetError, match=r"d\.jsonl:1 \(a\): FAIL_TO_PASS is empty"):
+def test_a_swesmith_row_without_fail_to_pass_is_refused_naming_the_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [smith_row(FAIL_TO_PASS="[]")])
+    with pytest.raises(
+        DatasetError,
+        match=r"d\.jsonl:1 \(pandas-dev__pandas\.95280573\.func_pm_op_swap__abc\): "
+        r"not a SWE-smith instance: FAIL_TO_PASS is empty",
+    ):
         load_dataset(path)
+
+
+def test_the_dataset_format_must_match_its_rows(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [smith_row()])
+    assert [t.source for t in load_tasks(DatasetSpec(format="swesmith", path=str(path)))] == [
+        "swesmith"
+    ]
+    with pytest.raises(DatasetError, match=r"spec.dataset.format is swebench but .* SWE-smith"):
+        load_tasks(DatasetSpec(format="swebench", path=str(path)))
+
+
+def test_the_images_of_a_dataset_are_listed_once_each_in_order(tmp_path: Path) -> None:
+    other = smith_row(instance_id="pandas-dev__pandas.95280573.func_pm_x__def")
+    swe = row(
+        "django__django-11099",
+        "django/django",
+        fail_to_pass=["t"],
+        pass_to_pass=[],
+        log_parser="parse_log_django",
+        test_command="./tests/runtests.py",
+        test_file="tests/x/tests.py",
+    )
+    tasks = load_dataset(write_jsonl(tmp_path / "d.jsonl", [smith_row(), swe, other]))
+    assert task_images(tasks) == [
+        "swebench/swesmith.x86_64.pandas-dev_1776_pandas.95280573",
+        "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
+    ]
 
 
 def test_a_harbor_directory_becomes_a_reward_file_task(tmp_path: Path) -> None:

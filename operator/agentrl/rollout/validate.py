@@ -4,6 +4,13 @@ repository 0, each in a fresh sandbox.
 For toy tasks the check goes further: every decoy candidate edit must score 0 too ("exactly one
 candidate fixes it"), when ``check_candidates`` is set.
 
+SWE-bench and SWE-smith tasks take the same path as an episode's verifier: the instance's eval
+script, its log parser and the harness's grading (:mod:`agentrl.rollout.verifier`). The gold
+patch goes in as the harness applies a prediction: each of its patch commands in turn
+(``git apply --verbose``, ``--3way``, ``--reject``, then ``patch --fuzz=5``), the tree reset
+between tries, and a final ``git apply --check --reverse`` accepting a patch that is in although
+every command complained. SWE-smith's reference reverts the bug patch.
+
 Callers: :mod:`agentrl.rollout.cli` and tests.
 """
 
@@ -16,11 +23,15 @@ from pydantic import BaseModel, Field
 
 from agentrl.rollout.episode import infra_reason, prepare_sandbox
 from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.tasks.swebench import SCRATCH_DIR
 from agentrl.rollout.tools import replace_once
 from agentrl.rollout.verifier import verify
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
 
-GOLD_PATCH_PATH = "/tmp/agentrl_gold.patch"
+#: Inside the repository's ``.git``: outside the work tree, writable under every provider.
+GOLD_PATCH_PATH = f"{SCRATCH_DIR}/gold.patch"
+#: What the harness runs between two patch commands (a failed ``--reject`` leaves debris).
+RESET_TREE = "git checkout -- . ; git clean -fd"
 SOLVE_SCRIPT_PATH = "/tmp/agentrl_solve.sh"
 
 
@@ -52,15 +63,38 @@ async def _apply_reference(sandbox: Sandbox, task: Task, timeout: float) -> str 
             return f"reference edit {ref.edit!r} is not among the candidate edits"
         return await replace_once(sandbox, edit.path, edit.old, edit.new)
     if ref.patch is not None:
-        await sandbox.write_file(GOLD_PATCH_PATH, ref.patch)
-        flag = " -R" if ref.patch_reverse else ""
-        result = await sandbox.exec(f"git apply{flag} {GOLD_PATCH_PATH}", timeout=timeout)
-        return None if result.ok else f"gold patch does not apply: {result.output[-300:]}"
+        return await _apply_patch(
+            sandbox, ref.patch, ref.patch_commands, ref.patch_reverse, timeout
+        )
     if ref.script is not None:
         await sandbox.write_file(SOLVE_SCRIPT_PATH, ref.script)
         result = await sandbox.exec(f"bash {SOLVE_SCRIPT_PATH}", timeout=timeout)
         return None if result.ok else f"solve.sh failed: {result.output[-300:]}"
     return "the task has no reference solution"
+
+
+async def _apply_patch(
+    sandbox: Sandbox, patch: str, commands: list[str], reverse: bool, timeout: float
+) -> str | None:
+    await sandbox.write_file(GOLD_PATCH_PATH, patch)
+    if reverse:
+        result = await sandbox.exec(f"git apply -R {GOLD_PATCH_PATH}", timeout=timeout)
+        return None if result.ok else f"the bug patch does not revert: {result.output[-300:]}"
+    output = ""
+    for attempt, command in enumerate(commands):
+        if attempt:
+            await sandbox.exec(RESET_TREE, timeout=timeout)
+        result = await sandbox.exec(f"{command} {GOLD_PATCH_PATH}", timeout=timeout)
+        if result.ok:
+            return None
+        output = result.output
+    if len(commands) > 1:
+        check = await sandbox.exec(
+            f"git apply --check --reverse {GOLD_PATCH_PATH}", timeout=timeout
+        )
+        if check.ok:
+            return None
+    return f"gold patch does not apply: {output[-300:]}"
 
 
 async def _run_variant(

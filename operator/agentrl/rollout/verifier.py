@@ -1,8 +1,16 @@
 """The verifier: after submit (or a cap), run the task's tests and turn them into a reward.
 
-``tests`` tasks (toy, SWE-bench): the test files are written again (or the test patch applied to
+``tests`` tasks (toy): the test files are written again (or the test patch applied to
 pristine test files), the test command runs, its log is parsed per test, and the reward is 1 when
 every FAIL_TO_PASS and PASS_TO_PASS test passed, else 0 (a test missing from the log failed).
+``harness`` tasks (SWE-bench 5.x, SWE-smith): the instance's eval script runs the way the harness
+runs it (``/bin/bash`` on the script, as the sandbox's user — root in those images — from the
+repository, stdout and stderr in one stream written to a file, so no capture limit cuts the log);
+the script activates its environment, resets the test files and applies the test patch itself.
+The log is graded by :mod:`agentrl.rollout.grading` exactly as the harness grades it; the
+reward is 1 when the instance is resolved. A log the harness could not grade is reward 0, unless
+it shows one of the harness's environment faults (out of memory, no network...): then it is an
+infra error.
 ``reward_file`` tasks (Harbor): the test directory is copied in, ``test.sh`` runs, and the reward
 is read from the file it wrote.
 
@@ -23,13 +31,21 @@ import time
 
 from pydantic import BaseModel, Field
 
-from agentrl.rollout import metrics
-from agentrl.rollout.tasks.model import NamedTestsVerification, RewardFileVerification, Task
-from agentrl.rollout.tasks.swebench import touched_files
+from agentrl.rollout import grading, metrics
+from agentrl.rollout.tasks.model import (
+    HarnessVerification,
+    NamedTestsVerification,
+    RewardFileVerification,
+    Task,
+)
+from agentrl.rollout.tasks.swebench import SCRATCH_DIR, touched_files
 from agentrl.sandbox.provider import Sandbox
 
 #: Where the test patch is written before ``git apply`` (outside the repository).
 TEST_PATCH_PATH = "/tmp/agentrl_test.patch"
+#: Where a harness task's eval script and its log go (relative to the repository, in ``.git``).
+EVAL_SCRIPT_PATH = f"{SCRATCH_DIR}/eval.sh"
+EVAL_LOG_PATH = f"{SCRATCH_DIR}/test_output.txt"
 
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S.*?)(?:\s+-\s+.*)?$")
 _DJANGO_LINE = re.compile(r"^(\S+ \([^)]+\)) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure)$")
@@ -50,6 +66,9 @@ class VerifierResult(BaseModel):
     timed_out: bool = False
     output_tail: str = ""
     seconds: float = 0.0
+    resolution: str | None = None
+    """Harness tasks: ``RESOLVED_FULL``, ``RESOLVED_PARTIAL`` or ``RESOLVED_NO`` (``None``
+    when the log could not be graded)."""
 
 
 def parse_pytest_log(log: str) -> dict[str, str]:
@@ -133,6 +152,51 @@ async def _verify_tests(
     )
 
 
+async def _verify_harness(
+    sandbox: Sandbox, verification: HarnessVerification, timeout: float
+) -> VerifierResult:
+    await sandbox.write_file(EVAL_SCRIPT_PATH, verification.eval_script)
+    run = await sandbox.exec(
+        f"/bin/bash {EVAL_SCRIPT_PATH} > {EVAL_LOG_PATH} 2>&1", timeout=timeout
+    )
+    try:
+        log = (await sandbox.read_file(EVAL_LOG_PATH)).decode(errors="replace")
+    except FileNotFoundError as exc:
+        raise VerifierError(
+            f"the eval script left no log (exit code {run.exit_code}): {run.output[-300:]}"
+        ) from exc
+    if run.timed_out:
+        return VerifierResult(reward=0.0, timed_out=True, output_tail=log[-2000:])
+    verdict = grading.grade(
+        log,
+        harness=grading.Harness(verification.harness),
+        log_parser=verification.log_parser,
+        eval_type=grading.EvalType(verification.eval_type),
+        fail_to_pass=verification.fail_to_pass,
+        pass_to_pass=verification.pass_to_pass,
+    )
+    if not verdict.found:
+        if verdict.infra is not None and verdict.infra[1] == grading.TIER_ENVIRONMENT:
+            raise VerifierError(
+                f"the evaluation hit an environment fault ({verdict.infra[0]}): {log[-300:]}"
+            )
+        return VerifierResult(
+            reward=0.0,
+            failing=[*verification.fail_to_pass, *verification.pass_to_pass],
+            output_tail=log[-2000:],
+        )
+    assert verdict.report is not None
+    report = verdict.report
+    failing = [*report.fail_to_pass.failure, *report.pass_to_pass.failure]
+    return VerifierResult(
+        reward=1.0 if verdict.resolved else 0.0,
+        statuses=verdict.statuses,
+        failing=failing,
+        output_tail=log[-2000:],
+        resolution=verdict.resolution.value,
+    )
+
+
 async def _verify_reward_file(
     sandbox: Sandbox, verification: RewardFileVerification, timeout: float
 ) -> VerifierResult:
@@ -160,6 +224,8 @@ async def verify(sandbox: Sandbox, task: Task, *, timeout: float) -> VerifierRes
     verification = task.verification
     if isinstance(verification, NamedTestsVerification):
         result = await _verify_tests(sandbox, verification, timeout)
+    elif isinstance(verification, HarnessVerification):
+        result = await _verify_harness(sandbox, verification, timeout)
     else:
         result = await _verify_reward_file(sandbox, verification, timeout)
     seconds = time.monotonic() - start

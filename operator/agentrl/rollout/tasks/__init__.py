@@ -14,6 +14,7 @@ from agentrl.api.model import DatasetFormat, DatasetSpec
 from agentrl.rollout.tasks.harbor import load_harbor_directory
 from agentrl.rollout.tasks.model import (
     CandidateEdit,
+    HarnessVerification,
     NamedTestsVerification,
     ReferenceSolution,
     RewardFileVerification,
@@ -25,6 +26,7 @@ from agentrl.rollout.tasks.toy import generate_toy_tasks
 __all__ = [
     "CandidateEdit",
     "DatasetError",
+    "HarnessVerification",
     "NamedTestsVerification",
     "ReferenceSolution",
     "RewardFileVerification",
@@ -33,6 +35,7 @@ __all__ = [
     "load_dataset",
     "load_tasks",
     "split_held_out",
+    "task_images",
 ]
 
 
@@ -56,6 +59,20 @@ def load_dataset(path: str | Path) -> list[Task]:
     return _load_task_jsonl(target)
 
 
+_ROW_KIND = {DatasetFormat.SWEBENCH: "SWE-bench", DatasetFormat.SWESMITH: "SWE-smith"}
+
+
+def _check_rows_match_format(tasks: list[Task], format_: DatasetFormat, path: str) -> None:
+    """The format picks the sandbox profile and the grading: the rows must be of that kind."""
+    other = next((t for t in tasks if t.source != format_.value), None)
+    if other is not None:
+        kind = _ROW_KIND[DatasetFormat(other.source)]
+        raise DatasetError(
+            f"spec.dataset.format is {format_.value} but {path} holds {kind} rows "
+            f"({other.id}); set spec.dataset.format to {other.source}"
+        )
+
+
 def load_tasks(dataset: DatasetSpec) -> list[Task]:
     """The tasks ``spec.dataset`` names, shuffled with ``dataset.seed`` and cut to
     ``dataset.maxTasks``."""
@@ -65,14 +82,20 @@ def load_tasks(dataset: DatasetSpec) -> list[Task]:
         )
     elif dataset.path is None:  # the API's CEL rule forbids this; keep the message anyway
         raise DatasetError(f"dataset.path is required for format {dataset.format.value}")
-    elif dataset.format == DatasetFormat.SWEBENCH:
+    elif dataset.format in (DatasetFormat.SWEBENCH, DatasetFormat.SWESMITH):
         tasks = load_swebench_jsonl(dataset.path)
+        _check_rows_match_format(tasks, dataset.format, dataset.path)
     else:
         tasks = load_harbor_directory(dataset.path)
     random.Random(dataset.seed).shuffle(tasks)
     if dataset.max_tasks is not None:
         tasks = tasks[: dataset.max_tasks]
     return tasks
+
+
+def task_images(tasks: list[Task]) -> list[str]:
+    """The images the tasks run in, each once, in task order (what pre-pull needs)."""
+    return list(dict.fromkeys(task.image for task in tasks if task.image))
 
 
 def split_held_out(tasks: list[Task], fraction: float, seed: int) -> tuple[list[Task], list[Task]]:

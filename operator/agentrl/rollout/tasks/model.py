@@ -48,6 +48,27 @@ class NamedTestsVerification(BaseModel):
     """How per-test results are read from the output."""
 
 
+class HarnessVerification(BaseModel):
+    """SWE-bench 5.x / SWE-smith: run the instance's own eval script in its image (as the
+    harness does: root, in the repository, the script's own environment activation and test
+    patch) and grade the log with the instance's log parser and the harness's rules; reward 1
+    when the instance is resolved (every FAIL_TO_PASS and PASS_TO_PASS test succeeded)."""
+
+    kind: Literal["harness"] = "harness"
+    harness: Literal["swebench", "swesmith"] = "swebench"
+    """Whose grading rules apply (:class:`agentrl.rollout.grading.Harness`)."""
+    eval_script: str = Field(min_length=1)
+    """The bash script the harness runs (``TestSpec.eval_script``: header, exit-status record)."""
+    log_parser: str = Field(min_length=1)
+    """Name of the log parser (:data:`agentrl.rollout.log_parsers.PARSERS`)."""
+    eval_type: Literal["pass_and_fail", "fail_only"] = "pass_and_fail"
+    """SWE-bench's ``eval_type``."""
+    fail_to_pass: list[str] = Field(min_length=1)
+    """Test ids that fail before the fix and must pass after it."""
+    pass_to_pass: list[str] = Field(default_factory=list)
+    """Test ids that pass before and must still pass after."""
+
+
 class RewardFileVerification(BaseModel):
     """Harbor style: copy the task's test directory in, run its script, read the reward file."""
 
@@ -65,7 +86,8 @@ class RewardFileVerification(BaseModel):
 
 
 Verification = Annotated[
-    NamedTestsVerification | RewardFileVerification, Field(discriminator="kind")
+    NamedTestsVerification | HarnessVerification | RewardFileVerification,
+    Field(discriminator="kind"),
 ]
 
 
@@ -78,6 +100,9 @@ class ReferenceSolution(BaseModel):
     """Gold patch (unified diff) of a SWE-bench task, applied with ``git apply``."""
     patch_reverse: bool = False
     """Apply ``patch`` in reverse (SWE-smith: the instance's patch *creates* the bug)."""
+    patch_commands: list[str] = Field(default_factory=lambda: ["git apply"])
+    """Commands tried in turn to apply ``patch`` (the file name is appended; the tree is reset
+    between tries), as the harness tries ``git apply``, ``--3way``, ``--reject``, ``patch``."""
     script: str | None = None
     """Harbor ``solution/solve.sh`` content, run with bash."""
 
@@ -86,7 +111,7 @@ class Task(BaseModel):
     """One task: what the sandbox starts from, what the agent is asked, how it is scored."""
 
     id: str = Field(min_length=1)
-    source: Literal["toy", "swebench", "harbor"]
+    source: Literal["toy", "swebench", "swesmith", "harbor"]
     instruction: str
     """The problem statement shown to the agent."""
     image: str | None = None

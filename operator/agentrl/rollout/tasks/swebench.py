@@ -1,59 +1,159 @@
-"""Read SWE-bench and SWE-smith instances (JSONL) into :class:`~agentrl.rollout.tasks.model.Task`.
+"""Read SWE-bench 5.x and SWE-smith instances (JSONL) into
+:class:`~agentrl.rollout.tasks.model.Task`.
 
-SWE-bench: the image holds the repository at ``base_commit`` in ``/testbed``; the gold ``patch``
-fixes it; ``test_patch`` adds the tests; FAIL_TO_PASS/PASS_TO_PASS name them. The image is
-``swebench/sweb.eval.x86_64.<instance id with "__" spelled "_1776_">:latest`` unless the line
-names ``image_name``.
+SWE-bench 5.x rows (:class:`SWEBenchInstance`) carry everything the harness needs to grade
+them: the ``image`` the instance runs in (the repository at ``base_commit`` in a root-owned
+``/testbed``, with a conda environment ``testbed``), the ``eval_script`` (activate the
+environment, reset the test files, apply ``test_patch`` from a heredoc, run the tests between
+the ``>>>>> Start/End Test Output`` markers, reset again), the ``log_parser`` that reads the
+test output and the ``eval_type``. The task keeps them as they are, so the verifier runs the
+harness's own evaluation (:class:`~agentrl.rollout.tasks.model.HarnessVerification`). A row
+without ``image`` gets the harness's name for it (``swebench/sweb.eval.x86_64.<id>:latest``,
+lower case, ``__`` spelled ``_1776_``); a row without ``eval_script`` or ``log_parser`` (an
+export from before 5.x) is refused with the fix, and so is a log parser we do not implement.
 
-SWE-smith: ``image_name`` is one image per repository snapshot and ``patch`` *creates* the bug,
-so the loader applies it at setup and the reference solution reverts it.
+SWE-smith rows (:class:`SWESmithInstance`, recognised by ``image_name``) name one image per
+repository snapshot; their ``patch`` *creates* the bug. SWE-smith checks out the bug's branch
+(fetched from GitHub); sandboxes have no network, so setup applies the patch and commits it
+instead (``git status``/``git diff`` are clean, as on the branch) and the reference solution
+reverts it. The eval script is the one SWE-smith's harness writes for its Python profile: test
+files of FAIL_TO_PASS/PASS_TO_PASS reset, then the profile's test command (the environment
+activation is part of it) between the markers; it is graded with SWE-smith's parser and rules.
 
-Both: ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON lists or JSON-encoded strings of lists (the
-Hugging Face exports do the latter). Test commands follow the SWE-bench harness for pytest
-repositories (``pytest -rA`` on the files the test patch touches) and Django's runner; other
-runners are reported by ``agentrl tasks validate`` rather than guessed.
+``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON lists or JSON-encoded strings of lists (the
+Hugging Face exports do the latter).
 
-Callers: :func:`agentrl.rollout.tasks.load_tasks` (``dataset.format: swebench``).
+Callers: :func:`agentrl.rollout.tasks.load_tasks` (``dataset.format: swebench`` or
+``swesmith``) and :func:`agentrl.rollout.tasks.load_dataset`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
-from agentrl.rollout.tasks.model import NamedTestsVerification, ReferenceSolution, Task
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentrl.rollout import grading, log_parsers
+from agentrl.rollout.tasks.model import HarnessVerification, ReferenceSolution, Task
 
 #: Where SWE-bench/SWE-smith images keep the repository.
-TESTBED = "/testbed"
-#: Where setup writes the SWE-smith bug patch (outside the repository, so git status stays clean).
-BUG_PATCH_PATH = "/tmp/agentrl_bug.patch"
+TESTBED: Final = "/testbed"
+#: Scratch files the verifier and setup write, relative to the repository: inside ``.git``, so
+#: they are never part of the work tree (``git status``, ``git clean`` and the agent's diff do
+#: not see them) and every provider can write them (the local one only writes inside its
+#: directory).
+SCRATCH_DIR: Final = ".git/agentrl"
+#: Where setup writes the SWE-smith bug patch (removed once applied).
+BUG_PATCH_PATH: Final = f"{SCRATCH_DIR}/bug.patch"
+#: The harness's image name rule: ``swebench.image_builder.image_spec.ImageSpec.name``.
+SWEBENCH_NAMESPACE: Final = "swebench"
+#: Repositories the harness grades ``fail_only`` (their parsers only report failures).
+FAIL_ONLY_REPOS: Final = frozenset(
+    {
+        "chartjs/Chart.js",
+        "processing/p5.js",
+        "markedjs/marked",
+        "bpmn-io/bpmn-js",
+        "openlayers/openlayers",
+        "eslint/eslint",
+    }
+)
+#: The harness's patch commands, tried in turn (``run_evaluation.GIT_APPLY_CMDS``).
+HARNESS_APPLY_COMMANDS: Final = (
+    "git apply --verbose",
+    "git apply --verbose --3way",
+    "git apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+)
+#: SWE-smith's Python profile test command (``swesmith.profiles.python.PythonProfile``).
+SWESMITH_PYTHON_TEST_COMMAND: Final = (
+    "source /opt/miniconda3/bin/activate; conda activate testbed; "
+    "pytest --disable-warnings --color=no --tb=no --verbose"
+)
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
-_DJANGO_TEST_COMMAND = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
 
 
 class DatasetError(ValueError):
     """A dataset line or directory cannot be read as a task; the message names where."""
 
 
-def _id_list(value: Any, field: str, where: str) -> list[str]:
-    if value is None:
-        return []
+def _id_list(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            return json.loads(value)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: {field} is not a JSON list: {exc}") from exc
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DatasetError(f"{where}: {field} must be a list of test ids")
-    return value
+            raise ValueError(f"not a JSON list of test ids: {exc}") from exc
+    return [] if value is None else value
 
 
-def swebench_image(instance_id: str) -> str:
+class _Instance(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    instance_id: str = Field(min_length=1)
+    repo: str = Field(min_length=1)
+    patch: str
+    problem_statement: str = ""
+    fail_to_pass: list[str] = Field(alias="FAIL_TO_PASS", min_length=1)
+    pass_to_pass: list[str] = Field(default_factory=list, alias="PASS_TO_PASS")
+
+    @field_validator("fail_to_pass", "pass_to_pass", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        return _id_list(value)
+
+
+class SWEBenchInstance(_Instance):
+    """One SWE-bench 5.x dataset row (``swebench.types.SWEbenchInstance`` plus the columns
+    ``make_test_spec`` reads)."""
+
+    version: str = ""
+    base_commit: str = ""
+    test_patch: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    environment_setup_commit: str = ""
+    image: str | None = None
+    """The evaluation image; unset: the harness's name for it (:func:`swebench_image`)."""
+    eval_script: str = Field(min_length=1)
+    log_parser: str = Field(min_length=1)
+    eval_type: Literal["pass_and_fail", "fail_only"] | None = None
+    """Unset: ``fail_only`` for the repositories the harness grades so, else pass_and_fail."""
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        # JSON exports sometimes carry "3.0" as the number 3.0
+        return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("log_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        if value not in log_parsers.PARSERS:
+            supported = ", ".join(sorted(p for p in log_parsers.PARSERS if p.startswith("parse")))
+            raise ValueError(
+                f"log_parser {value!r} is not supported (supported: {supported}); "
+                "drop the instance or grade it with the swebench harness"
+            )
+        return value
+
+
+class SWESmithInstance(_Instance):
+    """One SWE-smith dataset row: ``instance_id`` ``owner__repo.<commit8>.<bug id>``, ``repo``
+    ``swesmith/owner__repo.<commit8>``, ``image_name`` of the snapshot, ``patch`` planting the
+    bug."""
+
+    image_name: str = Field(min_length=1)
+    base_commit: str = ""
+
+
+def swebench_image(instance_id: str, namespace: str = SWEBENCH_NAMESPACE) -> str:
     """The SWE-bench evaluation image of an instance (the harness's naming rule)."""
-    return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_').lower()}:latest"
+    return f"{namespace}/sweb.eval.x86_64.{instance_id}:latest".replace("__", "_1776_").lower()
 
 
 def touched_files(diff: str) -> list[str]:
@@ -64,66 +164,110 @@ def touched_files(diff: str) -> list[str]:
     return list(seen)
 
 
-def _django_targets(files: list[str]) -> list[str]:
-    # Django's runner takes dotted module labels relative to tests/.
-    labels = []
-    for path in files:
-        if path.startswith("tests/") and path.endswith(".py"):
-            labels.append(path[len("tests/") : -len(".py")].replace("/", "."))
-    return labels
+def _test_files(tests: list[str]) -> list[str]:
+    """The files of pytest ids (``path::name``), sorted, once each (SWE-smith's rule)."""
+    return sorted({test.split("::", 1)[0] for test in tests})
+
+
+def swesmith_eval_script(instance: SWESmithInstance) -> str:
+    """The eval script SWE-smith's harness runs for a Python-profile instance, with the reset
+    of the test files it does just before (so an agent's edits to them do not count)."""
+    files = _test_files([*instance.fail_to_pass, *instance.pass_to_pass])
+    lines = [*grading.SCRIPT_HEADER, f"cd {TESTBED}"]
+    if files:
+        lines.append(f"git checkout -- {' '.join(shlex.quote(f) for f in files)}")
+    lines += [
+        f": '{grading.START_TEST_OUTPUT}'",
+        SWESMITH_PYTHON_TEST_COMMAND,
+        f": '{grading.END_TEST_OUTPUT}'",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def task_from_swebench(instance: SWEBenchInstance) -> Task:
+    """A SWE-bench 5.x instance as a task graded by its own eval script."""
+    eval_type = instance.eval_type or (
+        "fail_only" if instance.repo in FAIL_ONLY_REPOS else "pass_and_fail"
+    )
+    return Task(
+        id=instance.instance_id,
+        source="swebench",
+        instruction=instance.problem_statement,
+        image=instance.image or swebench_image(instance.instance_id),
+        workdir=TESTBED,
+        verification=HarnessVerification(
+            harness="swebench",
+            eval_script=grading.harness_eval_script(instance.eval_script),
+            log_parser=instance.log_parser,
+            eval_type=eval_type,
+            fail_to_pass=instance.fail_to_pass,
+            pass_to_pass=instance.pass_to_pass,
+        ),
+        reference=ReferenceSolution(
+            patch=instance.patch, patch_commands=list(HARNESS_APPLY_COMMANDS)
+        ),
+    )
+
+
+#: Commits the planted bug, so the work tree is clean as on SWE-smith's bug branch.
+_COMMIT_BUG = (
+    "git add -A && git -c user.name=agentrl -c user.email=agentrl@localhost "
+    "commit -q --no-verify -m 'SWE-smith bug'"
+)
+
+
+def task_from_swesmith(instance: SWESmithInstance) -> Task:
+    """A SWE-smith instance as a task: the bug planted and committed at setup."""
+    return Task(
+        id=instance.instance_id,
+        source="swesmith",
+        instruction=instance.problem_statement,
+        image=instance.image_name,
+        workdir=TESTBED,
+        files={BUG_PATCH_PATH: instance.patch},
+        setup_commands=[f"git apply {BUG_PATCH_PATH} && rm -f {BUG_PATCH_PATH} && {_COMMIT_BUG}"],
+        verification=HarnessVerification(
+            harness="swesmith",
+            eval_script=swesmith_eval_script(instance),
+            log_parser=log_parsers.SWESMITH_PYTHON,
+            fail_to_pass=instance.fail_to_pass,
+            pass_to_pass=instance.pass_to_pass,
+        ),
+        reference=ReferenceSolution(patch=instance.patch, patch_reverse=True),
+    )
+
+
+def _problems(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "row"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing" and field in ("eval_script", "log_parser"):
+            message = (
+                "missing; SWE-bench 5.x rows carry image, eval_script, log_parser and "
+                "eval_type (re-export the dataset with swebench>=5)"
+            )
+        elif error["type"] == "too_short" and field == "FAIL_TO_PASS":
+            message = "is empty"
+        parts.append(f"{field} {message}")
+    return "; ".join(parts)
 
 
 def task_from_instance(record: dict[str, Any], where: str = "instance") -> Task:
-    """One SWE-bench or SWE-smith instance as a task."""
+    """One SWE-bench or SWE-smith row (SWE-smith when it names ``image_name``) as a task."""
+    smith = "image_name" in record
+    model: type[_Instance] = SWESmithInstance if smith else SWEBenchInstance
     try:
-        instance_id = str(record["instance_id"])
-        repo = str(record["repo"])
-        patch = str(record["patch"])
-    except KeyError as exc:
-        raise DatasetError(f"{where}: missing field {exc.args[0]!r}") from exc
-    fail_to_pass = _id_list(record.get("FAIL_TO_PASS"), "FAIL_TO_PASS", where)
-    if not fail_to_pass:
-        raise DatasetError(f"{where} ({instance_id}): FAIL_TO_PASS is empty")
-    pass_to_pass = _id_list(record.get("PASS_TO_PASS"), "PASS_TO_PASS", where)
-    test_patch = record.get("test_patch") or None
-    is_smith = repo.startswith("swesmith/") or (
-        "image_name" in record and "swesmith" in str(record.get("image_name", ""))
-    )
-    image = str(record.get("image_name") or "") or swebench_image(instance_id)
-
-    django = repo == "django/django"
-    test_files = touched_files(test_patch) if test_patch else []
-    if django:
-        command = f"{_DJANGO_TEST_COMMAND} {' '.join(_django_targets(test_files))}".strip()
-    else:
-        targets = " ".join(test_files)
-        command = f"python -m pytest -rA -p no:cacheprovider {targets}".strip()
-
-    setup: list[str] = []
-    reference = ReferenceSolution(patch=patch)
-    if is_smith:
-        # The instance patch plants the bug in a clean snapshot: apply it at setup, and the
-        # known-good solution is to take it out again.
-        setup = [f"git apply {BUG_PATCH_PATH}"]
-        reference = ReferenceSolution(patch=patch, patch_reverse=True)
-    return Task(
-        id=instance_id,
-        source="swebench",
-        instruction=str(record.get("problem_statement") or ""),
-        image=image,
-        workdir=TESTBED,
-        files={BUG_PATCH_PATH: patch} if is_smith else {},
-        setup_commands=setup,
-        visible_test_command=None,
-        verification=NamedTestsVerification(
-            fail_to_pass=fail_to_pass,
-            pass_to_pass=pass_to_pass,
-            test_patch=test_patch,
-            test_command=command,
-            log_format="django" if django else "pytest",
-        ),
-        reference=reference,
-    )
+        instance = model.model_validate(record)
+    except ValidationError as exc:
+        ident = record.get("instance_id")
+        label = f"{where} ({ident})" if ident else where
+        kind = "SWE-smith" if smith else "SWE-bench"
+        raise DatasetError(f"{label}: not a {kind} instance: {_problems(exc)}") from exc
+    if isinstance(instance, SWESmithInstance):
+        return task_from_swesmith(instance)
+    assert isinstance(instance, SWEBenchInstance)
+    return task_from_swebench(instance)
 
 
 def load_swebench_jsonl(path: str | Path) -> list[Task]:
