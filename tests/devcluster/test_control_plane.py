@@ -63,8 +63,8 @@ def test_a_deployment_wanting_more_gpus_than_any_node_stays_pending_with_the_rea
         return None
 
     message = wait_for(unschedulable, what="the scheduler's verdict")
-    # 4 GPU nodes have 8 each (insufficient), 2 CPU nodes have none
-    assert "0/6 nodes are available" in message
+    # 4 GPU nodes have 8 each (insufficient), 2 CPU nodes have none, the real node is tainted
+    assert "0/7 nodes are available" in message
     assert "Insufficient amd.com/gpu" in message
     assert _pods(kubectl, "app=nine-gpus")[0]["status"]["phase"] == "Pending"
 

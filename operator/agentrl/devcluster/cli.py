@@ -14,7 +14,13 @@ from pathlib import Path
 import click
 
 from agentrl.devcluster import binaries, versions
-from agentrl.devcluster.cluster import DEFAULT_NAME, ClusterError, LocalCluster
+from agentrl.devcluster.cluster import (
+    DEFAULT_NAME,
+    DEFAULT_REAL_NODES,
+    MAX_REAL_NODES,
+    ClusterError,
+    LocalCluster,
+)
 from agentrl.devcluster.processes import PortInUseError
 from agentrl.devcluster.profile import ClusterProfile
 
@@ -57,10 +63,12 @@ def prepare_cmd(only: tuple[str, ...], list_steps: bool, check: bool) -> None:
 
 @dev.group()
 def cluster() -> None:
-    """A real Kubernetes control plane on loopback with simulated AMD GPU nodes (kwok).
+    """A real Kubernetes control plane on loopback with simulated AMD GPU nodes (kwok) and
+    real worker nodes (kubelet, containerd, kube-proxy) that run containers.
 
-    kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok, built from
-    pinned upstream Go modules into ~/.cache/agentrl (or taken from KUBEBUILDER_ASSETS).
+    kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, the kubelet and
+    kube-proxy, built from pinned upstream Go modules into ~/.cache/agentrl (or taken from
+    KUBEBUILDER_ASSETS); containerd, runc and the CNI plugins from Debian packages.
     """
 
 
@@ -97,6 +105,14 @@ def _fail(message: str) -> None:
     help="Simulated CPU nodes for sandboxes [default: 2].",
 )
 @click.option(
+    "--real-nodes",
+    type=click.IntRange(0, MAX_REAL_NODES),
+    default=None,
+    help="Real worker nodes (kubelet + containerd + kube-proxy in a network namespace each; "
+    "pods there run containers) [default: "
+    f"{DEFAULT_REAL_NODES}, or as the cluster was created]. 0: simulated nodes only.",
+)
+@click.option(
     "--profile",
     "profile_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -115,6 +131,7 @@ def up(
     port: int | None,
     gpu_nodes: int | None,
     cpu_nodes: int | None,
+    real_nodes: int | None,
     profile_path: Path | None,
     timeout: float,
 ) -> None:
@@ -128,17 +145,25 @@ def up(
     try:
         local = LocalCluster(name, port=port)
         bins = binaries.ensure(echo=True)
-        local.up(profile, bins=bins, echo=lambda m: click.echo(m, err=True), timeout=timeout)
+        local.up(
+            profile,
+            bins=bins,
+            echo=lambda m: click.echo(m, err=True),
+            timeout=timeout,
+            real_nodes=real_nodes,
+        )
     except PortInUseError as exc:
         _fail(str(exc))
         return
     except (ClusterError, binaries.BinaryError) as exc:
         _fail(str(exc))
         return
+    reals = [n.name for n in local.real_nodes() if n.running()]
     click.echo(
         f"\nKubernetes v{versions.KUBERNETES} with {profile.gpu.count} GPU node(s) "
-        f"({profile.gpu.gpus} × {profile.gpu.gpu_resource} each) and {profile.cpu.count} CPU "
-        f"node(s) is running at {local.server}.\n"
+        f"({profile.gpu.gpus} × {profile.gpu.gpu_resource} each), {profile.cpu.count} CPU "
+        f"node(s) and {len(reals)} real node(s) {' '.join(reals)} is running at "
+        f"{local.server}.\n"
         f'Use it:\n  eval "$(agentrl dev cluster env{_name_flag(name)})"\n'
         f"  kubectl get nodes -L amd.com/gpu.product-name\n"
         f"Stop it:\n  agentrl dev cluster down{_name_flag(name)}"
@@ -185,6 +210,15 @@ def status(name: str, as_json: bool) -> None:
         )
         for comp, pid in report["components"].items():
             click.echo(f"  {comp:<24} {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
+        for node in report["real_nodes"]:
+            click.echo(
+                f"  real node {node['name']}: {'Ready' if node['ready'] else 'not Ready'}, "
+                f"node IP {node['node_ip']}, pod CIDR {node['pod_cidr']}, "
+                f"netns {node['netns']}"
+            )
+            for comp, pid in node["processes"].items():
+                state = "running (pid " + str(pid) + ")" if pid else "stopped"
+                click.echo(f"    {comp:<22} {state}")
         click.echo(f"  kubeconfig: {report['kubeconfig']}")
     sys.exit(0 if report["apiserver_ready"] else 3)
 
@@ -204,6 +238,40 @@ def env(name: str) -> None:
     click.echo(f"export KUBECONFIG={shlex.quote(str(local.kubeconfig))}")
     path = ":".join(bins.bin_dirs())
     click.echo(f'export PATH={shlex.quote(path)}:"$PATH"')
+    running = [n for n in local.real_nodes() if n.running()]
+    for node in running:
+        p = node.plan
+        click.echo(
+            f"# real node {p.name}: netns {p.netns}, node IP {p.node_ip}, pod CIDR "
+            f"{p.pod_subnet}, containerd {p.containerd_socket}"
+        )
+    if running:
+        # ctr (and nerdctl) read these: `ctr images ls` lists the first real node's images
+        sock = str(running[0].plan.containerd_socket)
+        click.echo(f"export CONTAINERD_ADDRESS={shlex.quote(sock)}")
+        click.echo("export CONTAINERD_NAMESPACE=k8s.io")
+
+
+@cluster.command()
+@_name
+@click.argument("archives", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def load(name: str, archives: tuple[Path, ...]) -> None:
+    """Import OCI image archives into the running real node(s) (default: every finished
+    archive of `agentrl dev images`); images already there at the same digest are skipped."""
+    from agentrl.devcluster.cluster import project_archives
+
+    try:
+        local = LocalCluster(name)
+        chosen = list(archives) or project_archives()
+        if not chosen:
+            click.echo("no image archives to load (build them with `agentrl dev images`)")
+            return
+        imported = local.load(chosen, echo=lambda m: click.echo(m, err=True))
+    except ClusterError as exc:
+        _fail(str(exc))
+        return
+    skipped = len(chosen) - len(set(imported))
+    click.echo(f"imported {len(set(imported))} archive(s), {skipped} already present")
 
 
 @cluster.command()

@@ -23,6 +23,9 @@ import yaml
 
 from agentrl.devcluster import binaries as binaries_mod
 from agentrl.devcluster import nodes, pki, stages, versions
+from agentrl.devcluster.node import addons, artifacts, host
+from agentrl.devcluster.node import config as node_config
+from agentrl.devcluster.node.realnode import RealNode, RealNodeError
 from agentrl.devcluster.processes import (
     Component,
     PortInUseError,
@@ -37,6 +40,11 @@ DEFAULT_PORT = 16443
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
+#: kwok's simulated pods take the lower half of the pod CIDR; real nodes' pods the upper
+KWOK_POD_CIDR = "10.244.0.0/17"
+#: Real nodes by default (``--real-nodes``); 0 keeps the cluster simulated only.
+DEFAULT_REAL_NODES = 1
+MAX_REAL_NODES = 8
 
 #: Start order; ``down`` stops in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -200,6 +208,30 @@ class LocalCluster:
         """Pid of each component (None when not running)."""
         return {name: self.procs.pid(name) for name in COMPONENTS}
 
+    # ------------------------------------------------------------------------ real nodes
+    def node_plan(self, index: int) -> node_config.NodePlan:
+        return node_config.NodePlan(
+            cluster=self.name,
+            index=index,
+            state_dir=self.state_dir,
+            apiserver_port=self.ports.apiserver,
+            pod_cidr=POD_CIDR,
+            service_cidr=SERVICE_CIDR,
+        )
+
+    def real_node(self, index: int) -> RealNode:
+        return RealNode(self.node_plan(index), pki_dir=self.pki_dir, procs=self.procs)
+
+    def real_nodes(self) -> list[RealNode]:
+        """Every real node this cluster has state for (recorded or found on disk)."""
+        count = int(self._recorded().get("real_nodes", 0) or 0)
+        found = {
+            int(d.name.split("-", 1)[1])
+            for d in (self.state_dir / "nodes").glob("real-*")
+            if d.name.split("-", 1)[1].isdigit()
+        }
+        return [self.real_node(i) for i in sorted(found | set(range(count)))]
+
     # ------------------------------------------------------------------------------ up
     def _wait(self, what: str, check: Callable[[], bool], timeout: float, log: str) -> None:
         deadline = time.monotonic() + timeout
@@ -248,14 +280,27 @@ class LocalCluster:
         bins: binaries_mod.Binaries,
         echo: Callable[[str], None] = lambda _msg: None,
         timeout: float = 120.0,
+        real_nodes: int | None = None,
     ) -> bool:
-        """Start every component (those not already running) and apply the nodes; returns
-        False when the cluster was already running (nothing was started)."""
+        """Start every component (those not already running), apply the simulated nodes and
+        start ``real_nodes`` real ones (default: as recorded, else 1); returns False when the
+        control plane was already running (only nodes were applied or started)."""
+        if real_nodes is None:
+            real_nodes = int(self._recorded().get("real_nodes", DEFAULT_REAL_NODES))
+        if not 0 <= real_nodes <= MAX_REAL_NODES:
+            raise ClusterError(f"--real-nodes {real_nodes}: choose 0..{MAX_REAL_NODES}")
+        if real_nodes:
+            missing = host.missing_requirements()
+            if missing:
+                from agentrl.devcluster.node.realnode import unavailable_message
+
+                raise ClusterError(unavailable_message(missing))
         alive = {n: p for n, p in self.running().items() if p is not None}
         if len(alive) == len(COMPONENTS) and self.apiserver_ready():
             echo(f"cluster '{self.name}' is already running at {self.server}")
-            self._apply_nodes(bins, profile)
-            self._record(profile)
+            self._apply_nodes(bins, profile, real_nodes)
+            self._record(profile, real_nodes)
+            self._up_real_nodes(bins, real_nodes, echo=echo, timeout=timeout)
             return False
         if alive:
             echo(f"cluster '{self.name}' is partly running ({', '.join(alive)}): restarting it")
@@ -267,7 +312,7 @@ class LocalCluster:
         for user in ("kube-controller-manager", "kube-scheduler", "kwok"):
             self._write_kubeconfig(self.state_dir / f"{user}.kubeconfig", user)
         (self.state_dir / "kwok.yaml").write_text(stages.stages_yaml())
-        self._record(profile)
+        self._record(profile, real_nodes)
 
         started = time.monotonic()
         self.procs.start(self._etcd(bins))
@@ -278,7 +323,7 @@ class LocalCluster:
         self.procs.start(self._scheduler(bins))
         self._install_kwok_crds(bins)
         self.procs.start(self._kwok(bins))
-        self._apply_nodes(bins, profile)
+        self._apply_nodes(bins, profile, real_nodes)
         self._apply_local_exec(bins)
         self._wait_nodes_ready(bins, profile, timeout)
         self._wait(
@@ -290,10 +335,108 @@ class LocalCluster:
             timeout,
             "kube-controller-manager",
         )
+        self._up_real_nodes(bins, real_nodes, echo=echo, timeout=timeout)
         echo(f"cluster '{self.name}' up in {time.monotonic() - started:.1f}s at {self.server}")
         return True
 
-    def _record(self, profile: ClusterProfile) -> None:
+    def _up_real_nodes(
+        self,
+        bins: binaries_mod.Binaries,
+        count: int,
+        *,
+        echo: Callable[[str], None],
+        timeout: float,
+    ) -> None:
+        """Start real nodes 0..count-1 (those not running), stop any beyond, wait until each
+        is Ready with its pod CIDR, and run CoreDNS on node 0."""
+        for node in self.real_nodes():
+            if node.plan.index >= count:
+                node.stop()
+                self._kubectl(
+                    bins, "delete", "node", node.name, "--ignore-not-found", "--wait=false"
+                )
+        if not count:
+            return
+        archives = project_archives()
+        for index in range(count):
+            node = self.real_node(index)
+            t0 = time.monotonic()
+            try:
+                spent = node.start(bins, archives=archives, echo=echo, timeout=timeout)
+            except RealNodeError as exc:
+                raise ClusterError(str(exc)) from exc
+            self._wait(
+                f"real node {node.name} Ready",
+                lambda n=node: self._node_ready(bins, n.name),
+                timeout,
+                node.plan.component("kubelet"),
+            )
+            self._set_pod_cidr(bins, node)
+            if spent:
+                echo(f"real node {node.name} Ready in {time.monotonic() - t0:.1f}s")
+        plan = self.node_plan(0)
+        manifests = addons.coredns_manifests(plan, image=artifacts.COREDNS.name)
+        stream = "\n---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
+        self._kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
+        self._wait(
+            "CoreDNS available on the real node",
+            lambda: self._coredns_available(bins),
+            timeout,
+            plan.component("kubelet"),
+        )
+
+    def _node_ready(self, bins: binaries_mod.Binaries, name: str) -> bool:
+        out = self._kubectl(
+            bins,
+            "get",
+            "nodes",
+            "--ignore-not-found",
+            name,
+            "-o",
+            'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+        )
+        return out.strip() == "True"
+
+    def _set_pod_cidr(self, bins: binaries_mod.Binaries, node: RealNode) -> None:
+        """Record the node's pod /24 in ``spec.podCIDR`` (the node IPAM controller is off;
+        the field can be set once, so only when unset)."""
+        current = self._kubectl(bins, "get", "node", node.name, "-o", "jsonpath={.spec.podCIDR}")
+        if not current.strip():
+            subnet = node.plan.pod_subnet
+            patch = json.dumps({"spec": {"podCIDR": subnet, "podCIDRs": [subnet]}})
+            self._kubectl(bins, "patch", "node", node.name, "--type=merge", "-p", patch)
+
+    def _coredns_available(self, bins: binaries_mod.Binaries) -> bool:
+        out = self._kubectl(
+            bins,
+            "get",
+            "deployment",
+            "-n",
+            addons.NAMESPACE,
+            addons.NAME,
+            "-o",
+            "jsonpath={.status.availableReplicas}",
+        )
+        return out.strip() == "1"
+
+    def load(self, archives: list[Path], *, echo: Callable[[str], None] = print) -> list[Path]:
+        """Import OCI archives into every running real node (skipping images it already has
+        at the same digest); returns the archives imported anywhere."""
+        nodes_up = [n for n in self.real_nodes() if n.running()]
+        if not nodes_up:
+            flag = "" if self.name == DEFAULT_NAME else f" --name {self.name}"
+            raise ClusterError(
+                f"cluster '{self.name}' has no running real node: `agentrl dev cluster up{flag}`"
+            )
+        imported: list[Path] = []
+        for node in nodes_up:
+            try:
+                imported += node.import_images(archives, echo=echo)
+            except RealNodeError as exc:
+                raise ClusterError(str(exc)) from exc
+        return imported
+
+    def _record(self, profile: ClusterProfile, real_nodes: int = 0) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "cluster.json").write_text(
             json.dumps(
@@ -305,6 +448,7 @@ class LocalCluster:
                     "kubernetes": versions.KUBERNETES,
                     "kwok": versions.KWOK,
                     "profile": profile.model_dump(),
+                    "real_nodes": real_nodes,
                 },
                 indent=2,
             )
@@ -353,6 +497,8 @@ class LocalCluster:
                 f"--client-ca-file={k / 'ca.crt'}",
                 f"--kubelet-client-certificate={k / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={k / 'apiserver-kubelet-client.key'}",
+                # kubelets' (and kwok's) serving certificates are signed by the cluster CA
+                f"--kubelet-certificate-authority={k / 'ca.crt'}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={k / 'sa.pub'}",
@@ -422,7 +568,7 @@ class LocalCluster:
                 f"--server-address=127.0.0.1:{self.ports.kwok}",
                 f"--tls-cert-file={k / 'kwok-server.crt'}",
                 f"--tls-private-key-file={k / 'kwok-server.key'}",
-                f"--cidr={POD_CIDR}",
+                f"--cidr={KWOK_POD_CIDR}",
                 "--node-lease-duration-seconds=40",
                 "--enable-crds=" + ",".join(KWOK_CRDS),
             ],
@@ -465,7 +611,9 @@ class LocalCluster:
             stdin=json.dumps(cluster_exec),
         )
 
-    def _apply_nodes(self, bins: binaries_mod.Binaries, profile: ClusterProfile) -> None:
+    def _apply_nodes(
+        self, bins: binaries_mod.Binaries, profile: ClusterProfile, real_nodes: int = 0
+    ) -> None:
         manifests = nodes.nodes_for(profile)
         stream = "\n---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
         if stream:
@@ -473,6 +621,7 @@ class LocalCluster:
                 bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream
             )
         wanted = {m["metadata"]["name"] for m in manifests}
+        wanted |= {self.node_plan(i).name for i in range(real_nodes)}
         existing = self._kubectl(
             bins, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"
         ).split()
@@ -500,8 +649,11 @@ class LocalCluster:
 
     # ---------------------------------------------------------------------- down & status
     def down(self) -> list[str]:
-        """Stop every component; returns the names that were running."""
+        """Stop every real node (removing what it made on the machine) and every component;
+        returns the names that were running."""
         stopped = []
+        for node in reversed(self.real_nodes()):
+            stopped += node.stop()
         for name in reversed(COMPONENTS):
             if self.procs.stop(name):
                 stopped.append(name)
@@ -512,6 +664,13 @@ class LocalCluster:
         import shutil
 
         self.down()
+        left = host.mounts_under(self.state_dir)
+        if left:
+            # never delete through a mount (a volume of a pod could be a directory elsewhere)
+            raise ClusterError(
+                f"cannot delete {self.state_dir}: still mounted: {', '.join(left)}; "
+                "unmount them (umount -l) and retry"
+            )
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def status(self) -> dict[str, Any]:
@@ -525,7 +684,33 @@ class LocalCluster:
             "apiserver_ready": ready,
             "components": procs,
             "state_dir": str(self.state_dir),
+            "real_nodes": [self._real_node_status(n, ready) for n in self.real_nodes()],
         }
+
+    def _real_node_status(self, node: RealNode, api_ready: bool) -> dict[str, Any]:
+        report = node.status()
+        report["ready"] = False
+        report["registered_pod_cidr"] = None
+        if api_ready:
+            code, body = self._get(f"/api/v1/nodes/{node.name}")
+            if code == 200:
+                obj = json.loads(body)
+                conditions = obj.get("status", {}).get("conditions", [])
+                report["ready"] = any(
+                    c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+                )
+                report["registered_pod_cidr"] = obj.get("spec", {}).get("podCIDR")
+        return report
+
+
+def project_archives() -> list[Path]:
+    """The project's image archives (built by :mod:`agentrl.devcluster.images`); none when
+    that module is absent."""
+    try:
+        from agentrl.devcluster import images
+    except ImportError:
+        return []
+    return list(images.archives())
 
 
 def _kwok_crd_dir() -> Path:

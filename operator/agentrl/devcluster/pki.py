@@ -185,3 +185,73 @@ def ensure_pki(directory: Path, *, service_ip: str) -> Path:
     )
     (directory / "complete").write_text("ok\n")
     return directory
+
+
+def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{directory / 'ca.key'} is not the EC key this module writes")
+    ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    return ca_key, ca_cert
+
+
+def ensure_client(directory: Path, ident: ClientIdentity) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster's CA (made once); returns (cert, key)."""
+    cert_path, key_path = directory / f"{ident.stem}.crt", directory / f"{ident.stem}.key"
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    ca_key, ca_cert = _load_ca(directory)
+    key = _key()
+    cert = _issue(
+        subject=_name(ident.common_name, ident.organizations),
+        key=key,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        client=True,
+    )
+    _write_key(key_path, key)
+    _write_cert(cert_path, cert)
+    return cert_path, key_path
+
+
+def ensure_serving(
+    directory: Path, stem: str, *, common_name: str, names: tuple[str, ...], ips: tuple[str, ...]
+) -> tuple[Path, Path]:
+    """A serving certificate for ``names``/``ips`` signed by the cluster's CA (made again
+    when the recorded names or addresses differ); returns (cert, key)."""
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    if cert_path.exists() and key_path.exists():
+        current = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        try:
+            san = current.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            have = (
+                tuple(san.get_values_for_type(x509.DNSName)),
+                tuple(str(ip) for ip in san.get_values_for_type(x509.IPAddress)),
+            )
+        except x509.ExtensionNotFound:
+            have = ((), ())
+        if have == (names, ips):
+            return cert_path, key_path
+    ca_key, ca_cert = _load_ca(directory)
+    key = _key()
+    cert = _issue(
+        subject=_name(common_name),
+        key=key,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        server_names=names,
+        server_ips=ips,
+        server=True,
+    )
+    _write_key(key_path, key)
+    _write_cert(cert_path, cert)
+    return cert_path, key_path
+
+
+def node_identity(node: str) -> ClientIdentity:
+    """The kubelet's identity: the Node authorizer and NodeRestriction admit exactly this."""
+    return ClientIdentity(f"kubelet-{node}", f"system:node:{node}", ("system:nodes",))
+
+
+#: kube-proxy's identity: the bootstrap policy binds system:node-proxier to this user.
+KUBE_PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.devcluster import binaries
+from agentrl.devcluster.node.artifacts import node_step
 
 
 class PrepareError(RuntimeError):
@@ -98,6 +99,9 @@ def binaries_step() -> Step:
 
 #: Factories of every step, in the order they run.
 STEPS: list[Callable[[], Step]] = [binaries_step]
+
+
+STEPS.append(node_step)  # the real node's packages and images: after the binaries (CoreDNS)
 
 
 def steps() -> list[Step]:

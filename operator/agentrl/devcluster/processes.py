@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,32 @@ class PortInUseError(RuntimeError):
 
 @dataclass(frozen=True)
 class Component:
-    """A process of the control plane."""
+    """A process of the control plane (or of a real node)."""
 
     name: str
     argv: list[str]
+    #: a network namespace file (``/run/netns/NAME``) the process runs in; None: the machine's
+    netns: str | None = None
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def _netns_entry(path: str) -> tuple[Callable[[], None], int]:
+    """A preexec function that moves the child into the network namespace ``path`` (between
+    fork and exec: only the network namespace changes, so mounts stay shared with the
+    machine), and the namespace's fd (the caller closes it after the fork). libc is resolved
+    here, in the parent, so the child only makes the system call."""
+    import ctypes
+
+    setns = ctypes.CDLL(None, use_errno=True).setns
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def enter() -> None:
+        if setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({path})")
+
+    return enter, fd
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -86,15 +109,21 @@ class ProcessTable:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path(component.name).open("ab")
-        proc = subprocess.Popen(
-            component.argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-        log.close()
+        enter, netns_fd = _netns_entry(component.netns) if component.netns else (None, -1)
+        try:
+            proc = subprocess.Popen(
+                component.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                preexec_fn=enter,  # only a setns(2): libc is resolved before the fork
+            )
+        finally:
+            log.close()
+            if netns_fd >= 0:
+                os.close(netns_fd)
         self._children[component.name] = proc
         self._pid_file(component.name).write_text(f"{proc.pid}\n{component.argv[0]}\n")
         return proc.pid

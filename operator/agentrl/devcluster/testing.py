@@ -4,7 +4,8 @@ The pytest fixtures in the repository's ``conftest.py`` are thin wrappers over t
 own tests can use them the same way (as ``kopf.testing`` serves kopf users):
 
 - :func:`session_cluster` yields a kubeconfig: the local control plane (started for the session
-  and stopped after it), or an existing cluster when ``AGENTRL_TEST_KUBECONFIG`` names one;
+  and stopped after it) with one real node (``AGENTRL_TEST_REAL_NODES``, default 1), or an
+  existing cluster when ``AGENTRL_TEST_KUBECONFIG`` names one;
 - :class:`Kubectl` runs the real ``kubectl`` against it.
 """
 
@@ -63,7 +64,10 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
     if not local.apiserver_ready():
         # a fresh control plane: nothing a crashed earlier session left in etcd leaks in
         local.delete()
-    started = local.up(profile or ClusterProfile(), bins=bins, timeout=240)
+    # one real node (kubelet + containerd) beside the simulated ones, unless the machine
+    # cannot run containers and AGENTRL_TEST_REAL_NODES=0 says to do without
+    real_nodes = int(os.environ.get("AGENTRL_TEST_REAL_NODES", "1"))
+    started = local.up(profile or ClusterProfile(), bins=bins, timeout=240, real_nodes=real_nodes)
     try:
         yield ClusterHandle(local.kubeconfig, bins, local)
     finally:

@@ -1,0 +1,271 @@
+"""The real node of the session's cluster: a kubelet with containerd and kube-proxy, so pods
+there run real containers (our busybox image). Each test asserts what a user of the node would
+see: logs, exec, port-forward, DNS through CoreDNS, a ClusterIP through kube-proxy, restarts
+and probes acted on by the kubelet, the node Ready with its labels, and simulated pods kept off
+it. The node's down is tested on a cluster of its own (test_real_node_down.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+
+from agentrl.devcluster.node import artifacts, config
+from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.realnode]
+
+IMAGE = artifacts.BUSYBOX.name
+# (Debian's busybox-static 1.35 wget segfaults on its own -T option: time-outs use `timeout`)
+
+
+def _pod(name: str, command: str, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", command],
+    }
+    container.update(spec.pop("container", {}))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"agentrl.dev/real-node": "true"},
+            "tolerations": [{"key": "agentrl.dev/real-node", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+            **spec,
+        },
+    }
+
+
+def _running(kubectl: Kubectl, name: str, timeout: float = 90) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        pod = kubectl.json("get", "pod", name)
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        return pod if conditions.get("Ready") == "True" else None
+
+    return wait_for(ready, timeout=timeout, what=f"pod {name} Ready")  # type: ignore[no-any-return]
+
+
+def test_the_real_node_is_ready_with_its_labels_taint_and_pod_cidr(cluster: ClusterHandle) -> None:
+    node = cluster.kubectl().json("get", "node", "real-0")
+    labels = node["metadata"]["labels"]
+    for key, value in config.REAL_NODE_LABELS.items():
+        assert labels[key] == value
+    assert "amd.com/gpu.product-name" not in labels
+    assert node["spec"]["taints"] == [config.REAL_NODE_TAINT]
+    assert node["spec"]["podCIDR"] == "10.244.128.0/24"
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True"
+    info = node["status"]["nodeInfo"]
+    # a kubelet, not kwok: the pinned release and Debian's containerd
+    assert info["kubeletVersion"] == "v1.34.4"
+    assert info["containerRuntimeVersion"].startswith("containerd://1.6.")
+    # kwok manages nodes by annotation: the real node does not carry it
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+    assert "amd.com/gpu" not in node["status"]["capacity"]
+
+
+def test_a_pod_runs_in_a_container_and_its_logs_are_read(kubectl: Kubectl) -> None:
+    token = uuid.uuid4().hex
+    kubectl.apply(_pod("logs", f"echo started {token}; echo second line; exec sleep 3600"))
+    pod = _running(kubectl, "logs")
+    assert pod["spec"]["nodeName"] == "real-0"
+    assert pod["status"]["podIP"].startswith("10.244.128.")
+    logs = wait_for(
+        lambda: (out := kubectl.run("logs", "logs").stdout) and "second line" in out and out,
+        what="the container's output",
+    )
+    assert logs.splitlines() == [f"started {token}", "second line"]
+
+
+def test_exec_runs_a_command_in_the_container(kubectl: Kubectl) -> None:
+    kubectl.apply(_pod("exec", "echo from-the-image > /tmp/marker; exec sleep 3600"))
+    pod = _running(kubectl, "exec")
+    out = kubectl.run("exec", "exec", "--", "sh", "-c", "cat /tmp/marker; hostname; id -u")
+    assert out.stdout.split() == ["from-the-image", "exec", "0"]
+    # the pod's own address is on its eth0 in its network namespace
+    addr = kubectl.run("exec", "exec", "--", "ip", "-4", "-o", "addr", "show", "eth0").stdout
+    assert pod["status"]["podIP"] in addr
+    failed = kubectl.run("exec", "exec", "--", "sh", "-c", "exit 7", check=False)
+    assert failed.returncode == 7
+
+
+def test_port_forward_reaches_a_port_in_the_pod(kubectl: Kubectl) -> None:
+    token = uuid.uuid4().hex
+    kubectl.apply(
+        _pod(
+            "pf",
+            f"mkdir -p /www && echo {token} > /www/index.html && exec httpd -f -p 8080 -h /www",
+        )
+    )
+    _running(kubectl, "pf")
+    proc = subprocess.Popen(
+        [
+            str(kubectl.binary),
+            "--kubeconfig",
+            str(kubectl.kubeconfig),
+            "-n",
+            str(kubectl.namespace),
+            "port-forward",
+            "pod/pf",
+            ":8080",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
+        assert match, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/", timeout=20) as resp:
+            assert resp.read().decode().strip() == token
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_service_name_resolves_through_coredns_and_its_cluster_ip_answers(
+    kubectl: Kubectl,
+) -> None:
+    token = uuid.uuid4().hex
+    kubectl.apply(
+        _pod(
+            "web",
+            f"mkdir -p /www && echo {token} > /www/index.html && exec httpd -f -p 8080 -h /www",
+        )
+    )
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }
+    )
+    kubectl.apply(_pod("client", "exec sleep 3600"))
+    _running(kubectl, "web")
+    _running(kubectl, "client")
+    cluster_ip = kubectl.json("get", "service", "web")["spec"]["clusterIP"]
+    fqdn = f"web.{kubectl.namespace}.svc.cluster.local"
+
+    def resolved() -> str | None:
+        out = kubectl.run("exec", "client", "--", "nslookup", fqdn, check=False).stdout
+        return out if cluster_ip in out else None
+
+    wait_for(resolved, timeout=60, what=f"{fqdn} -> {cluster_ip}")
+    # the short name through the pod's search path, and the ClusterIP through kube-proxy
+    body = wait_for(
+        lambda: kubectl.run(
+            "exec",
+            "client",
+            "--",
+            "timeout",
+            "5",
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "http://web/",
+            check=False,
+        ).stdout.strip(),
+        timeout=60,
+        what="the service answering",
+    )
+    assert body == token
+    direct = kubectl.run("exec", "client", "--", "wget", "-q", "-O", "-", f"http://{cluster_ip}/")
+    assert direct.stdout.strip() == token
+    # nothing outside the cluster resolves: CoreDNS forwards nowhere
+    outside = kubectl.run("exec", "client", "--", "nslookup", "example.com", check=False)
+    assert outside.returncode != 0
+
+
+def test_pods_cannot_send_anything_outside_the_pod_and_service_cidrs(kubectl: Kubectl) -> None:
+    kubectl.apply(_pod("egress", "exec sleep 3600"))
+    _running(kubectl, "egress")
+    routes = kubectl.run("exec", "egress", "--", "ip", "route").stdout
+    assert "default" not in routes
+    # an address outside the cluster is unreachable (no route), whatever listens there
+    out = kubectl.run(
+        "exec",
+        "egress",
+        "--",
+        "timeout",
+        "3",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://192.0.2.1/",
+        check=False,
+    )
+    assert out.returncode != 0
+
+
+def test_a_container_that_exits_is_restarted_by_the_kubelet(kubectl: Kubectl) -> None:
+    kubectl.apply(_pod("crash", "echo run; exit 3"))
+
+    def restarted() -> dict[str, Any] | None:
+        statuses = kubectl.json("get", "pod", "crash")["status"].get("containerStatuses", [])
+        return statuses[0] if statuses and statuses[0]["restartCount"] >= 2 else None
+
+    status = wait_for(restarted, timeout=120, what="two restarts")
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    # the previous container's output (read again if it was just replaced by a newer one)
+    previous = wait_for(
+        lambda: kubectl.run("logs", "crash", "--previous", check=False).stdout.strip() == "run",
+        timeout=30,
+        what="the previous container's log",
+    )
+    assert previous
+
+
+def test_probes_gate_readiness_and_restart_a_dead_container(kubectl: Kubectl) -> None:
+    probe = {"periodSeconds": 1, "failureThreshold": 1}
+    kubectl.apply(
+        _pod(
+            "probed",
+            "touch /tmp/alive; exec sleep 3600",
+            container={
+                "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, **probe},
+                "livenessProbe": {"exec": {"command": ["test", "-f", "/tmp/alive"]}, **probe},
+            },
+        )
+    )
+
+    def status() -> dict[str, Any]:
+        return kubectl.json("get", "pod", "probed")["status"]  # type: ignore[no-any-return]
+
+    wait_for(lambda: status().get("containerStatuses", [{}])[0].get("started"), what="started")
+    assert status()["containerStatuses"][0]["ready"] is False  # no /tmp/ready yet
+    kubectl.run("exec", "probed", "--", "touch", "/tmp/ready")
+    _running(kubectl, "probed", timeout=30)
+    kubectl.run("exec", "probed", "--", "rm", "/tmp/alive")
+    wait_for(
+        lambda: status()["containerStatuses"][0]["restartCount"] >= 1,
+        timeout=60,
+        what="the liveness probe restarting the container",
+    )
+    events = kubectl.run("get", "events", "--field-selector", "involvedObject.name=probed").stdout
+    assert "Liveness probe failed" in events
+    # the new container has no /tmp/ready: not Ready again until it has
+    assert status()["containerStatuses"][0]["ready"] is False
+
+
+def test_pods_that_do_not_ask_for_the_real_node_stay_on_simulated_nodes(kubectl: Kubectl) -> None:
+    plain = _pod("plain", "true")
+    del plain["spec"]["nodeSelector"], plain["spec"]["tolerations"]
+    kubectl.apply(plain)
+    pod = wait_for(
+        lambda: kubectl.json("get", "pod", "plain")["spec"].get("nodeName"), what="scheduled"
+    )
+    assert pod.startswith(("cpu-", "gpu-"))
