@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentrl.reconcile import sandbox
 from agentrl.reconcile.context import BuildContext
 from tests.factories import make_job
@@ -59,10 +61,54 @@ def test_sandbox_pod_is_hardened_and_owned_by_the_job():
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
+        "readOnlyRootFilesystem": False,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     limits = {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"}
     assert container["resources"] == {"requests": limits, "limits": limits}
+
+
+def _job_of(format_: str):
+    builder = make_job("swe", "rl").with_uid("u-7").with_spec("dataset.format", format_)
+    if format_ != "toy":
+        builder = builder.with_spec("dataset.path", "/data/tasks.jsonl")
+    return builder.obj()
+
+
+#: What each dataset kind's pod runs as, written out by hand.
+PROFILE_EXPECTATIONS = {
+    # toy repositories are written into an emptyDir: an unprivileged uid is enough
+    "toy": ({"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}, True),
+    # SWE-bench/SWE-smith/Harbor images: root-owned /testbed, conda, /tests and /logs
+    "swebench": ({"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}, False),
+    "swesmith": ({"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}, False),
+    "harbor": ({"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}, False),
+}
+
+
+@pytest.mark.parametrize("format_", sorted(PROFILE_EXPECTATIONS))
+def test_the_dataset_format_picks_the_user_and_nothing_else_loosens(format_: str) -> None:
+    job = _job_of(format_)
+    pod = sandbox.sandbox_pod(
+        job, BuildContext.for_job(job), pod_name="swe-sbx-1", image="swebench/sweb.eval:1"
+    )
+    user, non_root = PROFILE_EXPECTATIONS[format_]
+    spec = pod["spec"]
+    assert spec["securityContext"] == {**user, "seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = spec["containers"]
+    # every kind: no capability at all (root included), no escalation, RuntimeDefault
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": non_root,
+        "readOnlyRootFilesystem": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert "add" not in container["securityContext"]["capabilities"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    assert "hostNetwork" not in spec and "hostPID" not in spec
+    assert "privileged" not in container["securityContext"]
 
 
 def test_sandbox_pod_uses_the_runtime_class_and_default_image_when_set():

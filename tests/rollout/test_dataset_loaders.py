@@ -170,13 +170,30 @@ def test_a_swesmith_row_without_fail_to_pass_is_refused_naming_the_line(tmp_path
         load_dataset(path)
 
 
-def test_the_dataset_format_must_match_its_rows(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "d.jsonl", [smith_row()])
-    assert [t.source for t in load_tasks(DatasetSpec(format="swesmith", path=str(path)))] == [
+def test_format_swesmith_promises_swesmith_rows_and_swebench_reads_both(tmp_path: Path) -> None:
+    smith = write_jsonl(tmp_path / "smith.jsonl", [smith_row()])
+    assert [t.source for t in load_tasks(DatasetSpec(format="swesmith", path=str(smith)))] == [
         "swesmith"
     ]
-    with pytest.raises(DatasetError, match=r"spec.dataset.format is swebench but .* SWE-smith"):
-        load_tasks(DatasetSpec(format="swebench", path=str(path)))
+    assert [t.source for t in load_tasks(DatasetSpec(format="swebench", path=str(smith)))] == [
+        "swesmith"
+    ]
+    swe = row(
+        "django__django-11099",
+        "django/django",
+        fail_to_pass=["t"],
+        pass_to_pass=[],
+        log_parser="parse_log_django",
+        test_command="./tests/runtests.py",
+        test_file="tests/x/tests.py",
+    )
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [smith_row(), swe])
+    with pytest.raises(
+        DatasetError,
+        match=r"spec.dataset.format is swesmith but .*mixed.jsonl holds SWE-bench rows "
+        r"\(django__django-11099: no image_name\); set spec.dataset.format to swebench",
+    ):
+        load_tasks(DatasetSpec(format="swesmith", path=str(mixed)))
 
 
 def test_the_images_of_a_dataset_are_listed_once_each_in_order(tmp_path: Path) -> None:

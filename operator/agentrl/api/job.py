@@ -95,6 +95,23 @@ class AgentRLJobSpec(ManifestModel):
                 "trainer.backend torch; use provider kubernetes or e2b with megatron"
             ),
         ),
+        Rule(
+            cel="!(self.dataset.format in ['swebench', 'swesmith']) || "
+            "self.sandbox.provider != 'local'",
+            message_expression="'dataset.format %s runs every instance in its own image (the "
+            "repository in /testbed, its conda environment) and sandbox.provider local runs no "
+            "images: use provider kubernetes (or e2b with templates built from the images)'"
+            ".format([self.dataset.format])",
+            field_path=".sandbox.provider",
+            check=lambda s: s.dataset.format not in ("swebench", "swesmith")
+            or s.sandbox.provider != "local",
+            message=lambda s: (
+                f"dataset.format {s.dataset.format.value} runs every instance in its own image "
+                "(the repository in /testbed, its conda environment) and sandbox.provider local "
+                "runs no images: use provider kubernetes (or e2b with templates built from the "
+                "images)"
+            ),
+        ),
         immutable("model", "spec.model"),
         Rule(
             cel="self.trainer.backend == oldSelf.trainer.backend && "

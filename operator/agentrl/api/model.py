@@ -53,11 +53,12 @@ class DatasetSpec(ManifestModel):
 
     format: DatasetFormat = DatasetFormat.TOY
     """``toy`` (the bundled generated Python repositories), ``swebench`` (SWE-bench 5.x JSONL:
-    each row's image, eval script, log parser and eval type), ``swesmith`` (SWE-smith JSONL:
-    ``image_name`` per repository snapshot) or ``harbor`` (a directory of Harbor task
-    directories). The format also picks the sandbox pods' security profile: toy tasks run as
-    uid 1000, SWE-bench, SWE-smith and Harbor images as root with every capability dropped
-    (their repository and tools are root-owned; see docs/rollout.md)."""
+    each row's image, eval script, log parser and eval type; SWE-smith rows are read too),
+    ``swesmith`` (SWE-smith JSONL only: ``image_name`` per repository snapshot) or ``harbor``
+    (a directory of Harbor task directories). The format also picks the sandbox pods' security
+    profile: toy tasks run as uid 1000, SWE-bench, SWE-smith and Harbor images as root with
+    every capability dropped (their repository and tools are root-owned; see
+    docs/rollout.md)."""
     path: str | None = Field(default=None, max_length=512)
     """JSONL file or task directory; required unless ``format`` is ``toy``."""
     held_out_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)

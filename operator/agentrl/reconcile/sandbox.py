@@ -4,10 +4,28 @@
 sandbox pods: the kubernetes sandbox provider (``agentrl.sandbox.kubernetes``, inside the rollout
 workers) calls it per episode with the task's image and a pod name, and creates the pod. The pod
 is owned by the job (deleted with it, even while the operator is down), carries no
-ServiceAccount token, runs as a non-root user with seccomp ``RuntimeDefault``, every capability
-dropped and no privilege escalation, with CPU, memory and ephemeral storage from
+ServiceAccount token and no service links, runs with seccomp ``RuntimeDefault``, every
+capability dropped and no privilege escalation, with CPU, memory and ephemeral storage from
 ``spec.sandbox``. Its ``activeDeadlineSeconds`` (startup + episode + verifier timeouts) reaps a
 sandbox whose worker died without deleting it.
+
+The user is the one thing that depends on the image, so ``spec.dataset.format`` picks a
+:class:`SandboxProfile` (:data:`PROFILES`; the reasons are in docs/rollout.md):
+
+- ``toy``: uid/gid 1000, ``runAsNonRoot``. The task writes its repository into an emptyDir the
+  provider mounts at the workdir; nothing else of the image needs writing.
+- ``swebench``, ``swesmith``, ``harbor``: uid/gid 0. These images keep the repository
+  (``/testbed``), the conda environment (``/opt/miniconda3``) or the test and log directories
+  (``/tests``, ``/logs``) root-owned, the harnesses run their evaluation as root, and git refuses
+  a repository owned by another user. Root here has no capabilities at all: it writes those
+  files because it owns them, not through ``CAP_DAC_OVERRIDE``, and cannot chown, setuid, bind
+  privileged ports, load modules or mount. (The SWE-bench harness adds ``SYS_ADMIN`` for
+  browser-based JavaScript suites; their log parsers are not supported, and it is not added.)
+  A namespace enforcing PodSecurity ``restricted`` refuses these pods; ``baseline`` admits them.
+
+``readOnlyRootFilesystem`` is off for every kind: the agent and the tests write outside the
+repository (pytest's and Python's temporary files in ``/tmp``, caches in ``$HOME``, SWE-bench
+eval scripts ``pip install -e .`` into the environment).
 
 :func:`network_policy` (``NAME-sandbox``) denies all ingress and egress of sandbox pods. With
 ``spec.sandbox.allowInternet`` it allows DNS to kube-dns and public IPv4 addresses only: never
@@ -20,7 +38,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from pydantic import BaseModel, ConfigDict
+
 from agentrl.api import AgentRLJob
+from agentrl.api.model import DatasetFormat
 from agentrl.reconcile import names
 from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
@@ -29,9 +50,41 @@ from agentrl.reconcile.meta import object_meta, owner_reference
 
 #: Keeps the sandbox container alive; every command arrives through exec.
 DEFAULT_COMMAND: Final = ("sleep", "infinity")
-#: The unprivileged user sandbox processes run as (task images often default to root, which
-#: ``runAsNonRoot`` alone would refuse to start).
+#: The unprivileged user sandbox processes of toy tasks run as (task images often default to
+#: root, which ``runAsNonRoot`` alone would refuse to start).
 SANDBOX_UID: Final = 1000
+
+
+class SandboxProfile(BaseModel):
+    """Who the sandbox's processes are, for one kind of task image."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_as_user: int
+    run_as_group: int
+    run_as_non_root: bool
+    read_only_root_filesystem: bool = False
+
+
+#: Toy tasks: the repository is written into an emptyDir; no need to be root.
+UNPRIVILEGED: Final = SandboxProfile(
+    run_as_user=SANDBOX_UID, run_as_group=SANDBOX_UID, run_as_non_root=True
+)
+#: SWE-bench, SWE-smith and Harbor images: root-owned repository and tools, root without any
+#: capability.
+IMAGE_ROOT: Final = SandboxProfile(run_as_user=0, run_as_group=0, run_as_non_root=False)
+#: The profile per dataset format.
+PROFILES: Final = {
+    DatasetFormat.TOY: UNPRIVILEGED,
+    DatasetFormat.SWEBENCH: IMAGE_ROOT,
+    DatasetFormat.SWESMITH: IMAGE_ROOT,
+    DatasetFormat.HARBOR: IMAGE_ROOT,
+}
+
+
+def sandbox_profile(job: AgentRLJob) -> SandboxProfile:
+    """The profile ``spec.dataset.format`` selects."""
+    return PROFILES[job.spec.dataset.format]
 #: Address ranges sandboxes never reach, even with ``allowInternet``.
 BLOCKED_CIDRS: Final = (
     "10.0.0.0/8",
@@ -63,6 +116,7 @@ def sandbox_pod(
     """The pod of one sandbox. ``pod_name`` should start with ``names.sandbox_pod_prefix``;
     ``image``: the task's image, or ``spec.sandbox.image`` when None."""
     sandbox = job.spec.sandbox
+    profile = sandbox_profile(job)
     limits = {
         "cpu": sandbox.cpu,
         "memory": sandbox.memory,
@@ -76,9 +130,9 @@ def sandbox_pod(
         "terminationGracePeriodSeconds": 5,
         "activeDeadlineSeconds": sandbox_deadline_seconds(job),
         "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
+            "runAsNonRoot": profile.run_as_non_root,
+            "runAsUser": profile.run_as_user,
+            "runAsGroup": profile.run_as_group,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [
@@ -90,7 +144,8 @@ def sandbox_pod(
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
-                    "runAsNonRoot": True,
+                    "runAsNonRoot": profile.run_as_non_root,
+                    "readOnlyRootFilesystem": profile.read_only_root_filesystem,
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
             }

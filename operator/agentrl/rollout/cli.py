@@ -1,4 +1,5 @@
-"""``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes.
+"""``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes, list a
+dataset's images for pre-pulling.
 
 Callers: the CLI root (``agentrl.cli`` names ``agentrl.rollout.cli:tasks``).
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from agentrl.rollout.tasks import generate_toy_tasks, load_dataset
+from agentrl.rollout.tasks import generate_toy_tasks, load_dataset, task_images
 
 
 @click.group()
@@ -58,6 +59,38 @@ def generate(out: Path | None, seed: int, repos: Path | None) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content, encoding="utf-8")
         click.echo(f"wrote {len(toy)} repositories under {repos}", err=True)
+
+
+@tasks.command()
+@click.argument("dataset", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Print this AgentRLJob manifest with the images added to spec.sandbox.prePull.images "
+    "(and pre-pulling enabled) instead of the list.",
+)
+def images(dataset: Path, manifest: Path | None) -> None:
+    """The images DATASET's tasks run in, each once, in task order: one per line, or merged
+    into a manifest's ``spec.sandbox.prePull.images``. The operator pre-pulls what that field
+    lists (it cannot read the dataset, which lives where the rollout pods see it):
+    ``agentrl tasks images d.jsonl --manifest job.yaml | kubectl apply -f -``."""
+    import yaml
+
+    found = task_images(load_dataset(dataset))
+    if manifest is None:
+        for image in found:
+            click.echo(image)
+        click.echo(f"{len(found)} images", err=True)
+        return
+    doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    pre_pull = doc.setdefault("spec", {}).setdefault("sandbox", {}).setdefault("prePull", {})
+    listed = list(pre_pull.get("images") or [])
+    pre_pull["images"] = list(dict.fromkeys([*listed, *found]))
+    pre_pull["enabled"] = True
+    added = len(pre_pull["images"]) - len(listed)
+    click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    click.echo(f"{added} images added to spec.sandbox.prePull.images", err=True)
 
 
 @tasks.command()

@@ -59,17 +59,16 @@ def load_dataset(path: str | Path) -> list[Task]:
     return _load_task_jsonl(target)
 
 
-_ROW_KIND = {DatasetFormat.SWEBENCH: "SWE-bench", DatasetFormat.SWESMITH: "SWE-smith"}
-
-
 def _check_rows_match_format(tasks: list[Task], format_: DatasetFormat, path: str) -> None:
-    """The format picks the sandbox profile and the grading: the rows must be of that kind."""
-    other = next((t for t in tasks if t.source != format_.value), None)
+    """``swesmith`` promises SWE-smith rows (``image_name``); ``swebench`` reads both kinds (the
+    kind of each row decides its grading, and both run as the same sandbox profile)."""
+    if format_ != DatasetFormat.SWESMITH:
+        return
+    other = next((t for t in tasks if t.source != "swesmith"), None)
     if other is not None:
-        kind = _ROW_KIND[DatasetFormat(other.source)]
         raise DatasetError(
-            f"spec.dataset.format is {format_.value} but {path} holds {kind} rows "
-            f"({other.id}); set spec.dataset.format to {other.source}"
+            f"spec.dataset.format is swesmith but {path} holds SWE-bench rows ({other.id}: no "
+            "image_name); set spec.dataset.format to swebench"
         )
 
 

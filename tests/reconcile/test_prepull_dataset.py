@@ -1,0 +1,96 @@
+"""A dataset's images reach the pre-pull DaemonSets: ``agentrl tasks images`` lists them (each
+once) and writes them into ``spec.sandbox.prePull.images``, and the builder pulls each image
+once per node, paced within ``prePull.maxPullsPerHour``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from agentrl.api import AgentRLJob
+from agentrl.cli import main
+from agentrl.reconcile.context import BuildContext
+from agentrl.reconcile.prepull import prepull_daemonsets
+from agentrl.rollout.tasks import load_dataset, task_images
+from tests.factories import make_job
+from tests.rollout.swebench_rows import row
+
+SMITH_A = "swebench/swesmith.x86_64.pandas-dev_1776_pandas.95280573"
+SMITH_B = "swebench/swesmith.x86_64.pallets_1776_click.fde47b4b"
+DJANGO = "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+
+
+def _smith(instance_id: str, image: str) -> dict[str, object]:
+    return {
+        "instance_id": instance_id,
+        "repo": "swesmith/" + instance_id.rsplit(".", 1)[0],
+        "image_name": image,
+        "patch": "diff --git a/a.py b/a.py\n",
+        "FAIL_TO_PASS": json.dumps(["tests/test_a.py::test_a"]),
+        "PASS_TO_PASS": "[]",
+    }
+
+
+def dataset(tmp_path: Path) -> Path:
+    rows = [
+        _smith("pandas-dev__pandas.95280573.a", SMITH_A),
+        _smith("pandas-dev__pandas.95280573.b", SMITH_A),  # same snapshot, same image
+        _smith("pallets__click.fde47b4b.c", SMITH_B),
+        row(
+            "django__django-11099",
+            "django/django",
+            fail_to_pass=["t"],
+            pass_to_pass=[],
+            log_parser="parse_log_django",
+            test_command="./tests/runtests.py --verbosity 2",
+            test_file="tests/x/tests.py",
+        ),
+    ]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_daemonset_pulls_the_datasets_images_once_each_within_the_budget(
+    tmp_path: Path,
+) -> None:
+    job = (
+        make_job("swe")
+        .with_spec("dataset.format", "swesmith")
+        .with_spec("dataset.path", "/data/tasks.jsonl")
+        .with_sandbox(prePull={"enabled": True, "maxPullsPerHour": 10, "images": ["x:1", SMITH_A]})
+        .obj()
+    )
+    images = task_images(load_dataset(dataset(tmp_path)))
+    [ds] = prepull_daemonsets(job, BuildContext.for_job(job), images, nodes=3)
+    pulls = ds["spec"]["template"]["spec"]["initContainers"][1:]
+    # sandbox image, the dataset's three distinct images, then the extra one (its copy of
+    # SMITH_A is not pulled twice)
+    assert [c["image"] for c in pulls] == ["python:3.11-slim", SMITH_A, SMITH_B, DJANGO, "x:1"]
+    # 5 images × 3 nodes = 15 pulls > 10 per hour: each node waits 3600 × 3 / 10 = 1080 s
+    assert {tuple(c["command"][1:]) for c in pulls} == {("sleep", "1080")}
+    assert ds["metadata"]["annotations"]["agentrl.dev/prepull-interval-seconds"] == "1080"
+
+
+def test_tasks_images_lists_each_image_once(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["tasks", "images", str(dataset(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [SMITH_A, SMITH_B, DJANGO]
+    assert result.stderr == "3 images\n"
+
+
+def test_tasks_images_writes_them_into_the_manifests_pre_pull_list(tmp_path: Path) -> None:
+    manifest = make_job("swe").with_sandbox(prePull={"images": [SMITH_B, "x:1"]}).obj()
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest.to_manifest()))
+    result = CliRunner().invoke(
+        main, ["tasks", "images", str(dataset(tmp_path)), "--manifest", str(path)]
+    )
+    assert result.exit_code == 0, result.stderr
+    job = AgentRLJob.model_validate(yaml.safe_load(result.stdout))
+    assert job.spec.sandbox.pre_pull.enabled is True
+    assert job.spec.sandbox.pre_pull.images == [SMITH_B, "x:1", SMITH_A, DJANGO]
+    assert result.stderr == "2 images added to spec.sandbox.prePull.images\n"
