@@ -50,3 +50,25 @@ def test_validate_exits_zero_for_valid_tasks_and_one_with_the_reason_otherwise(
         "FAIL toy-stats-off_by_one [reference]: reference edit 'no_such_edit' is not among "
         "the candidate edits"
     ) in result.output
+
+
+def test_validate_refuses_swe_instances_on_local_sandboxes(tmp_path: Path) -> None:
+    from tests.rollout.swebench_rows import row
+
+    record = row(
+        "django__django-11099",
+        "django/django",
+        fail_to_pass=["t"],
+        pass_to_pass=[],
+        log_parser="parse_log_django",
+        test_command="./tests/runtests.py",
+        test_file="tests/x/tests.py",
+    )
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    result = CliRunner().invoke(main, ["tasks", "validate", str(path)])
+    assert result.exit_code == 2
+    assert (
+        "holds SWE-bench/SWE-smith instances (django__django-11099, ...), which run in their "
+        "own images: local sandboxes have none; use --provider kubernetes --manifest job.yaml"
+    ) in " ".join(result.output.split())

@@ -152,6 +152,13 @@ def validate(
             "kubernetes, its hardened pod template) configures the sandboxes"
         )
     items = generate_toy_tasks() if dataset == "toy" else load_dataset(dataset)
+    in_images = [t.id for t in items if t.source in ("swebench", "swesmith")]
+    if provider == "local" and in_images:
+        raise click.UsageError(
+            f"{dataset} holds SWE-bench/SWE-smith instances ({in_images[0]}, ...), which run in "
+            "their own images: local sandboxes have none; use --provider kubernetes --manifest "
+            "job.yaml"
+        )
     if max_tasks is not None:
         items = items[:max_tasks]
     if manifest is not None:
