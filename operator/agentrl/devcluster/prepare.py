@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.devcluster import binaries
+from agentrl.devcluster.images import images_step
 from agentrl.devcluster.node.artifacts import node_step
 
 
@@ -99,6 +100,9 @@ def binaries_step() -> Step:
 
 #: Factories of every step, in the order they run.
 STEPS: list[Callable[[], Step]] = [binaries_step]
+
+
+STEPS.append(images_step)  # the images as OCI archives: before the node, which imports them
 
 
 STEPS.append(node_step)  # the real node's packages and images: after the binaries (CoreDNS)
