@@ -225,4 +225,76 @@ INVALID: list[Case] = [
         "spec.sandbox.provider",
     ),
     Case("name too long for child names", {"metadata": {"name": "a" * 41}}, "metadata.name"),
+    # --- layouts and flags the runtime would refuse or crash on (refused at apply time)
+    Case(
+        "context parallelism with the megatron backend",
+        spec({"trainer": {"parallelism": {"context": 2}}}),
+        "spec.trainer.parallelism.context",
+    ),
+    Case(
+        "parallelism with the torch backend",
+        spec({"trainer": {"backend": "torch", "parallelism": {"tensor": 2}}}),
+        "spec.trainer.parallelism",
+    ),
+    Case(
+        # 8 GPUs over pipeline 2 leave 4 ranks per stage: expert 3 does not divide them
+        "expert parallelism that does not divide the ranks of a pipeline stage",
+        spec({"trainer": {"parallelism": {"pipeline": 2, "expert": 3}}}),
+        "spec.trainer.parallelism.expert",
+    ),
+    Case(
+        "a managed engine flag as --flag=value",
+        spec({"inference": {"extraArgs": ["--context-length=131072"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "an abbreviation of a managed engine flag",
+        spec({"inference": {"extraArgs": ["--mem-frac", "0.9"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "the engine port in extra args",
+        spec({"inference": {"extraArgs": ["--log-requests", "--port", "30001"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "an abbreviated graph-disabling flag",
+        spec({"inference": {"extraArgs": ["--disable-cuda-gr"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "a graph-disabling flag with a value",
+        spec({"inference": {"extraArgs": ["--disable-cuda-graph=true"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "an engine --config file",
+        spec({"inference": {"extraArgs": ["--config", "/etc/sglang.yaml"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
+        "a node selector value no label can have",
+        spec({"inference": {"nodeSelector": {"amd.com/gpu.product-name": "AMD Instinct MI355X"}}}),
+        "spec.inference.nodeSelector",
+    ),
+    Case(
+        "a node selector key name longer than 63 characters",
+        spec({"inference": {"nodeSelector": {"example.com/" + "k" * 64: "x"}}}),
+        "spec.inference.nodeSelector",
+    ),
+    Case(
+        "a toleration key no taint can have",
+        spec({"inference": {"tolerations": [{"key": "gpu node", "operator": "Exists"}]}}),
+        "spec.inference.tolerations[0].key",
+    ),
+    Case(
+        "a checkpoint volume that is not a PVC name",
+        spec({"trainer": {"checkpoint": {"volume": "Checkpoints_01"}}}),
+        "spec.trainer.checkpoint.volume",
+    ),
+    Case(
+        "a storage class that is not an object name",
+        spec({"trainer": {"checkpoint": {"storageClassName": "fast ssd"}}}),
+        "spec.trainer.checkpoint.storageClassName",
+    ),
 ]

@@ -300,3 +300,39 @@ def test_icepop_tokens_outside_the_bounds_do_not_count_in_the_token_mean() -> No
     # above high = 2, so ICEPOP drops it; the other three weigh exp(0) = 1: counts 1 and 2.
     old = [torch.tensor([-1.0, 1.0]), torch.tensor([-1.0, -1.0])]
     assert microbatch_weights(seqs, old, algorithm) == pytest.approx([1 / 3, 2 / 3])
+
+
+@pytest.mark.parametrize(
+    ("config", "parallelism", "problem"),
+    [
+        (DENSE, {"expert": 2}, "parallelism.expert is 2 but the model has no experts (dense)"),
+        (MOE, {"expert": 3}, "num_experts (4) must be divisible by parallelism.expert (3)"),
+        (DENSE, {"pipeline": 4}, "num_hidden_layers (2) must be divisible by parallelism.pipeline"),
+        (
+            DENSE,
+            {"tensor": 4},
+            "attention heads (4) and key/value heads (2) must be divisible by parallelism.tensor",
+        ),
+    ],
+)
+def test_a_layout_the_model_cannot_be_split_into_is_refused_naming_the_field(
+    config: dict[str, object], parallelism: dict[str, int], problem: str
+) -> None:
+    from agentrl.trainer.megatron_backend import check_layout
+
+    trainer = TrainerSpec.model_validate(
+        {"backend": "megatron", "gpusPerNode": 8, "parallelism": parallelism}
+    )
+    with pytest.raises(ValueError, match=r"spec\.trainer\.parallelism does not fit") as caught:
+        check_layout(HFModelConfig.model_validate(config), trainer)
+    assert problem in str(caught.value)
+
+
+def test_layouts_that_divide_the_model_are_accepted() -> None:
+    from agentrl.trainer.megatron_backend import check_layout
+
+    for parallelism in ({"pipeline": 1}, {"expert": 4}, {"expert": 2, "tensor": 1}):
+        trainer = TrainerSpec.model_validate(
+            {"backend": "megatron", "gpusPerNode": 8, "parallelism": parallelism}
+        )
+        check_layout(HFModelConfig.model_validate(MOE), trainer)  # no error

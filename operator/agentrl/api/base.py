@@ -21,6 +21,17 @@ ObjectName = Annotated[str, Field(min_length=1, max_length=253)]
 #: A label/annotation key or value, bounded.
 LabelStr = Annotated[str, Field(max_length=317)]
 
+#: A label key as Kubernetes accepts it: an optional DNS-subdomain prefix (at most 253
+#: characters) and ``/``, then a name of at most 63 characters, alphanumeric at both ends.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+#: A label value: empty, or at most 63 characters, alphanumeric at both ends.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+#: A DNS-1123 subdomain (object names such as PVCs and StorageClasses).
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
 
 class ManifestModel(BaseModel):
     """Base of every spec/status type: camelCase aliases, unknown fields rejected."""

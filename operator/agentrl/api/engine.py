@@ -2,15 +2,203 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field
 
-from agentrl.api.base import LabelStr, ManifestModel, ShortStr
+from agentrl.api.base import (
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    LabelStr,
+    ManifestModel,
+    ShortStr,
+)
 from agentrl.api.quantities import Quantity
-from agentrl.api.rules import Rule
+from agentrl.api.rules import Rule, let
+
+
+def label_key_ok(key: str) -> bool:
+    """A key Kubernetes accepts on a label (and so in a nodeSelector or a toleration)."""
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    return re.fullmatch(LABEL_KEY_PATTERN, key) is not None and len(prefix) <= 253
+
+
+def label_value_ok(value: str) -> bool:
+    """A label value Kubernetes accepts (at most 63 characters, alphanumeric at both ends)."""
+    return re.fullmatch(LABEL_VALUE_PATTERN, value) is not None
+
+
+#: The same two checks in CEL, on a string ``k`` / ``v``.
+CEL_LABEL_KEY = (
+    f"(k.matches(r'{LABEL_KEY_PATTERN}') && (!k.contains('/') || k.split('/')[0].size() <= 253))"
+)
+CEL_LABEL_VALUE = f"v.matches(r'{LABEL_VALUE_PATTERN}')"
+
+
+_LABEL_RULES = (
+    "(keys: [prefix/]name, the name at most 63 characters; values: at most 63; both "
+    "alphanumeric at the ends, with - _ . inside)"
+)
+
+
+def node_selector_rule(camel: str, snake: str) -> Rule:
+    """Every key and value of the map ``camel`` (``snake`` in Python) is one a node label can
+    have: a selector no label can match leaves the pods Pending for good."""
+    ok = f"({CEL_LABEL_KEY} && {let('v', f'self.{camel}[k]', CEL_LABEL_VALUE)})"
+    return Rule(
+        cel=f"self.{camel}.all(k, {ok})",
+        message_expression=let(
+            "k",
+            f"self.{camel}.filter(k, !{ok})[0]",
+            f"'{camel} entry %s: %s is not a valid label {_LABEL_RULES}'"
+            f".format([k, self.{camel}[k]])",
+        ),
+        field_path=f".{camel}",
+        check=lambda s: all(
+            label_key_ok(k) and label_value_ok(v) for k, v in getattr(s, snake).items()
+        ),
+        message=lambda s: _label_message(camel, getattr(s, snake)),
+    )
+
+
+def _label_message(camel: str, mapping: dict[str, str]) -> str:
+    key = next(k for k, v in mapping.items() if not (label_key_ok(k) and label_value_ok(v)))
+    return f"{camel} entry {key}: {mapping[key]} is not a valid label {_LABEL_RULES}"
+
 
 #: Flags ``extraArgs`` may never carry: HIP graphs stay on, and the flags the operator derives
 #: from typed fields must be set through those fields.
 FORBIDDEN_EXTRA_ARGS = ("--disable-cuda-graph", "--disable-cuda-graph-padding")
+#: Shortest abbreviation of a graph-disabling flag that is refused (argparse expands a unique
+#: prefix; shorter ones are ambiguous with SGLang's other ``--disable-c...`` flags, which
+#: argparse itself rejects).
+GRAPH_FLAG_MIN_PREFIX = "--disable-cu"
+
+#: Engine flags (canonical name first, then SGLang's aliases) that the spec sets, with what
+#: sets them. ``extraArgs`` may not carry any of them in any spelling argparse accepts: the
+#: name itself, ``--name=value``, or an abbreviation (a prefix argparse would expand; one
+#: shared by two flags makes argparse exit, so it is refused too).
+MANAGED_FLAGS: dict[tuple[str, ...], str] = {
+    ("--model-path", "--model"): "spec.model.source",
+    ("--served-model-name",): "spec.model.servedName",
+    ("--tool-call-parser",): "spec.model.toolCallParser",
+    ("--reasoning-parser",): "spec.model.reasoningParser",
+    ("--dtype",): "spec.model.dtype",
+    ("--tp-size", "--tensor-parallel-size"): "spec.inference.gpusPerEngine",
+    ("--dp-size", "--data-parallel-size"): "spec.inference.engines (one engine per pod)",
+    ("--context-length",): "spec.inference.contextLength",
+    ("--max-running-requests",): "spec.inference.maxRunningRequests",
+    ("--mem-fraction-static",): "spec.inference.memFractionStatic",
+    ("--chunked-prefill-size",): "spec.inference.chunkedPrefillSize",
+    ("--kv-cache-dtype",): "spec.inference.kvCacheDtype",
+    (
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs",
+        "--cuda-graph-bs-decode",
+        "--cuda-graph-bs",
+    ): "spec.inference.graphs.maxBatchSize",
+    ("--host",): "the operator (engines listen on all addresses of their pod)",
+    ("--port",): "the operator (the engine port its probes and Service use)",
+    ("--enable-metrics",): "the operator (metrics are always on: the watchdog reads them)",
+    ("--weight-version",): "the trainer (it pushes versioned weights)",
+    ("--crash-dump-folder",): "the operator (crash dumps go to the engine's log volume)",
+}
+#: Every managed spelling → what sets it.
+_MANAGED: dict[str, str] = {f: owner for flags, owner in MANAGED_FLAGS.items() for f in flags}
+
+
+def flag_name(arg: str) -> str | None:
+    """``--name`` of a command-line token (``--name=value`` included); None for values."""
+    if not arg.startswith("--"):
+        return None
+    return arg.split("=", 1)[0]
+
+
+def managed_flag(arg: str) -> str | None:
+    """The managed flag ``arg`` sets (exactly, as ``--flag=value``, or abbreviated), if any."""
+    name = flag_name(arg)
+    if name is None:
+        return None
+    if name in _MANAGED:
+        return name  # exact, even where it also starts a longer managed name
+    for flag in _MANAGED:
+        if flag == name or (len(name) > 2 and flag.startswith(name)):
+            return flag
+    return None
+
+
+def disables_graphs(arg: str) -> bool:
+    """A graph-disabling flag in any spelling: longer names (``-padding``), ``=value``, and
+    abbreviations argparse would expand to one."""
+    name = flag_name(arg)
+    if name is None:
+        return False
+    return any(
+        name.startswith(f) or (len(name) >= len(GRAPH_FLAG_MIN_PREFIX) and f.startswith(name))
+        for f in FORBIDDEN_EXTRA_ARGS
+    )
+
+
+def _cel_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# The same predicates in CEL (:func:`~agentrl.api.rules.let` names a value once: the map of
+# managed flags ``m``, a token's flag name ``n`` = ``a.split('=')[0]``).
+_CEL_MANAGED_MAP = (
+    "{" + ", ".join(f"{_cel_string(f)}: {_cel_string(o)}" for f, o in _MANAGED.items()) + "}"
+)
+_CEL_MATCHES = "(f == n || (n.size() > 2 && f.startsWith(n)))"
+_CEL_IS_MANAGED = let("n", "a.split('=')[0]", f"a.startsWith('--') && m.exists(f, {_CEL_MATCHES})")
+_CEL_GRAPH = let(
+    "n",
+    "a.split('=')[0]",
+    "a.startsWith('--') && ["
+    + ", ".join(_cel_string(f) for f in FORBIDDEN_EXTRA_ARGS)
+    + f"].exists(f, n.startsWith(f) || (n.size() >= {len(GRAPH_FLAG_MIN_PREFIX)} "
+    "&& f.startsWith(n)))",
+)
+_CEL_MANAGED_RULE = let("m", _CEL_MANAGED_MAP, f"!self.extraArgs.exists(a, {_CEL_IS_MANAGED})")
+_CEL_MANAGED_MESSAGE = let(
+    "m",
+    _CEL_MANAGED_MAP,
+    let(
+        "e",
+        f"self.extraArgs.filter(a, {_CEL_IS_MANAGED})[0]",
+        let(
+            "n",
+            "e.split('=')[0]",
+            let(
+                "k",
+                f"n in m ? n : m.filter(f, {_CEL_MATCHES})[0]",
+                "'extraArgs entry %s is (or abbreviates) %s, which %s sets: set it there, not in "
+                "extraArgs'.format([e, k, m[k]])",
+            ),
+        ),
+    ),
+)
+#: ``--config`` (a file of flags): abbreviations from this length up are refused.
+CONFIG_FLAG_MIN_PREFIX = "--conf"
+
+
+def sets_config_file(arg: str) -> bool:
+    """``--config FILE`` in any spelling: the file could disable graphs or set managed flags
+    out of sight."""
+    name = flag_name(arg)
+    return (
+        name is not None
+        and len(name) >= len(CONFIG_FLAG_MIN_PREFIX)
+        and ("--config".startswith(name))
+    )
+
+
+def _managed_message(s: InferenceSpec) -> str:
+    first = next(a for a in s.extra_args if managed_flag(a))
+    flag = managed_flag(first) or ""
+    return (
+        f"extraArgs entry {first} is (or abbreviates) {flag}, which {_MANAGED[flag]} sets: set it "
+        "there, not in extraArgs"
+    )
 
 
 class Toleration(ManifestModel):
@@ -24,6 +212,27 @@ class Toleration(ManifestModel):
     """Taint value for ``Equal``."""
     effect: str | None = Field(default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$")
     """Taint effect to tolerate; unset tolerates all effects."""
+
+    cel_rules = (
+        Rule(
+            cel="!has(self.key) || " + let("k", "self.key", CEL_LABEL_KEY),
+            message_expression=f"'key %s is not a taint key Kubernetes accepts {_LABEL_RULES}'"
+            ".format([self.key])",
+            field_path=".key",
+            check=lambda t: t.key is None or label_key_ok(t.key),
+            message=lambda t: f"key {t.key} is not a taint key Kubernetes accepts {_LABEL_RULES}",
+        ),
+        Rule(
+            cel="!has(self.value) || " + let("v", "self.value", CEL_LABEL_VALUE),
+            message_expression=f"'value %s is not a taint value Kubernetes accepts "
+            f"{_LABEL_RULES}'.format([self.value])",
+            field_path=".value",
+            check=lambda t: t.value is None or label_value_ok(t.value),
+            message=lambda t: (
+                f"value {t.value} is not a taint value Kubernetes accepts {_LABEL_RULES}"
+            ),
+        ),
+    )
 
 
 class GraphSpec(ManifestModel):
@@ -95,25 +304,50 @@ class InferenceSpec(ManifestModel):
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     """The GPU fault watchdog sidecar."""
     extra_args: list[ShortStr] = Field(default_factory=list, max_length=64)
-    """Extra ``sglang.launch_server`` flags, appended verbatim. Flags that disable graphs are
-    refused."""
+    """Extra ``sglang.launch_server`` flags, appended verbatim. Refused in any spelling argparse
+    accepts (``--flag``, ``--flag=value``, an abbreviation): flags that disable graphs, a
+    ``--config`` file, and the flags the spec sets itself (``--model-path``, ``--tp-size``,
+    ``--context-length``, ``--mem-fraction-static``, ``--cuda-graph-max-bs``, ``--port``, ...;
+    set the typed field instead)."""
 
     cel_rules = (
+        node_selector_rule("nodeSelector", "node_selector"),
         Rule(
-            # refuses any graph-disabling flag in extraArgs (the API server and validate)
-            cel="!self.extraArgs.exists(a, a.startsWith('--disable-cuda-graph'))",  # refused
-            message_expression="'--disable-cuda-graph is refused: HIP graphs stay on "
+            # refuses any graph-disabling flag in extraArgs, in any spelling argparse accepts
+            cel=f"!self.extraArgs.exists(a, {_CEL_GRAPH})",
+            message_expression="'--disable-cuda-graph is refused: HIP graphs stay on "  # refused
             "(disabling them halves throughput); remove it from extraArgs'",
             field_path=".extraArgs",
-            check=lambda s: (
-                not any(
-                    a.startswith("--disable-cuda-graph")  # refused
-                    for a in s.extra_args
-                )
-            ),
+            check=lambda s: not any(disables_graphs(a) for a in s.extra_args),
             message=lambda s: (
-                "--disable-cuda-graph is refused: HIP graphs stay on "
+                "--disable-cuda-graph is refused: HIP graphs stay on "  # refused
                 "(disabling them halves throughput); remove it from extraArgs"
+            ),
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel=_CEL_MANAGED_RULE,
+            message_expression=_CEL_MANAGED_MESSAGE,
+            field_path=".extraArgs",
+            check=lambda s: not any(managed_flag(a) for a in s.extra_args),
+            message=_managed_message,
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel="!self.extraArgs.exists(a, "
+            + let(
+                "n",
+                "a.split('=')[0]",
+                f"n.size() >= {len(CONFIG_FLAG_MIN_PREFIX)} && '--config'.startsWith(n)",
+            )
+            + ")",
+            message_expression="'extraArgs may not name a --config file: it could disable HIP "
+            "graphs or set flags the spec owns out of sight; put its flags in extraArgs'",
+            field_path=".extraArgs",
+            check=lambda s: not any(sets_config_file(a) for a in s.extra_args),
+            message=lambda s: (
+                "extraArgs may not name a --config file: it could disable HIP graphs or set "
+                "flags the spec owns out of sight; put its flags in extraArgs"
             ),
             reason="FieldValueForbidden",
         ),

@@ -56,3 +56,12 @@ def immutable(field: str, what: str) -> Rule:
         field_path=f".{field}",
         transition=True,
     )
+
+
+def let(name: str, value: str, body: str) -> str:
+    """CEL for ``body`` with ``name`` bound to ``value``, evaluated once.
+
+    The API server's CEL has no ``cel.bind`` (Kubernetes does not load the bindings
+    extension), so a one-element list's ``map`` binds the name: ``[value].map(name, body)[0]``.
+    """
+    return f"[{value}].map({name}, {body})[0]"

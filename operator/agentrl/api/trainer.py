@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import DNS_SUBDOMAIN_PATTERN, ManifestModel
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
@@ -114,14 +114,18 @@ class Optimizer(ManifestModel):
 
 
 class Parallelism(ManifestModel):
-    """Megatron parallel sizes. Their product with data parallelism equals the GPUs."""
+    """Megatron parallel sizes. Their product with data parallelism equals the GPUs. What the
+    megatron backend runs: GPUs a multiple of tensor × pipeline × context and of tensor ×
+    expert × pipeline (megatron-core's groups), context 1; the model's ``config.json`` is
+    checked when the trainer starts (layers divisible by pipeline, heads by tensor, experts by
+    expert, no expert parallelism on a dense model). All 1 for the torch backend."""
 
     tensor: int = Field(default=1, ge=1, le=64)
     """Tensor parallel size."""
     pipeline: int = Field(default=1, ge=1, le=64)
     """Pipeline parallel size."""
     context: int = Field(default=1, ge=1, le=64)
-    """Context parallel size."""
+    """Context parallel size (1: the megatron backend does not split sequences yet)."""
     expert: int = Field(default=1, ge=1, le=256)
     """Expert parallel size (MoE)."""
 
@@ -156,12 +160,15 @@ class Checkpoint(ManifestModel):
 
     interval_steps: int = Field(default=10, ge=1, le=100_000)
     """Save every this many steps."""
-    volume: str | None = Field(default=None, max_length=253)
-    """Existing PVC to write to; unset makes ``NAME-checkpoints``."""
+    volume: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Existing PVC to write to (a DNS-1123 subdomain: lower case, digits, ``-`` and ``.``);
+    unset makes ``NAME-checkpoints``."""
     size: Quantity = "500Gi"
     """Size of the PVC the operator makes."""
-    storage_class_name: str | None = Field(default=None, max_length=253)
-    """StorageClass of that PVC; unset uses the cluster default."""
+    storage_class_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """StorageClass of that PVC (a DNS-1123 subdomain); unset uses the cluster default."""
 
 
 class NetworkSpec(ManifestModel):
@@ -183,6 +190,19 @@ def _data_parallel(t: TrainerSpec) -> int:
         return 1
     p = t.parallelism
     return (t.nodes * t.gpus_per_node) // (p.tensor * p.pipeline * p.context)
+
+
+def _sizes(t: TrainerSpec) -> tuple[int, int, int, int]:
+    p = t.parallelism
+    return (p.tensor, p.pipeline, p.context, p.expert)
+
+
+def _expert_size(t: TrainerSpec) -> int:
+    """GPUs of one expert-parallel layout: megatron-core's ``initialize_model_parallel`` needs
+    the world size to be a multiple of expert-tensor × expert × pipeline sizes (the expert
+    tensor-parallel size is the tensor-parallel size here)."""
+    p = t.parallelism
+    return p.tensor * p.expert * p.pipeline
 
 
 class TrainerSpec(ManifestModel):
@@ -240,6 +260,57 @@ class TrainerSpec(ManifestModel):
                 f"({_data_parallel(t)}) must not exceed trajectoriesPerStep "
                 f"({t.trajectories_per_step}): every mini-batch gives each data-parallel rank at "
                 "least one trajectory"
+            ),
+        ),
+        Rule(
+            cel="self.backend != 'torch' || (self.parallelism.tensor == 1 && "
+            "self.parallelism.pipeline == 1 && self.parallelism.context == 1 && "
+            "self.parallelism.expert == 1)",
+            message_expression="'parallelism is for the megatron backend: backend torch trains "
+            "one unsharded model, so tensor, pipeline, context and expert must all be 1 (got %d, "
+            "%d, %d, %d)'.format([self.parallelism.tensor, self.parallelism.pipeline, "
+            "self.parallelism.context, self.parallelism.expert])",
+            field_path=".parallelism",
+            check=lambda t: t.backend != TrainerBackend.TORCH or _sizes(t) == (1, 1, 1, 1),
+            message=lambda t: (
+                "parallelism is for the megatron backend: backend torch trains one unsharded "
+                "model, so tensor, pipeline, context and expert must all be 1 (got "
+                + ", ".join(str(n) for n in _sizes(t))
+                + ")"
+            ),
+        ),
+        Rule(
+            cel="self.backend != 'megatron' || self.parallelism.context == 1",
+            message_expression="'parallelism.context must be 1 (got %d): the megatron backend "
+            "feeds every context-parallel rank whole sequences instead of its slices; use "
+            "tensor, pipeline or expert parallelism'.format([self.parallelism.context])",
+            field_path=".parallelism.context",
+            check=lambda t: t.backend != TrainerBackend.MEGATRON or t.parallelism.context == 1,
+            message=lambda t: (
+                f"parallelism.context must be 1 (got {t.parallelism.context}): the megatron "
+                "backend feeds every context-parallel rank whole sequences instead of its "
+                "slices; use tensor, pipeline or expert parallelism"
+            ),
+        ),
+        Rule(
+            cel="self.backend != 'megatron' || (self.nodes * self.gpusPerNode) % "
+            "(self.parallelism.tensor * self.parallelism.expert * self.parallelism.pipeline) == 0",
+            message_expression="'parallelism.expert (%d) does not fit: nodes × gpusPerNode (%d) "
+            "must be a multiple of tensor × expert × pipeline (%d), the size megatron-core "
+            "gives each expert-parallel layout (expert must divide the data-parallel × context "
+            "ranks of a pipeline stage)'.format([self.parallelism.expert, self.nodes * "
+            "self.gpusPerNode, self.parallelism.tensor * self.parallelism.expert * "
+            "self.parallelism.pipeline])",
+            field_path=".parallelism.expert",
+            check=lambda t: (
+                t.backend != TrainerBackend.MEGATRON
+                or (t.nodes * t.gpus_per_node) % _expert_size(t) == 0
+            ),
+            message=lambda t: (
+                f"parallelism.expert ({t.parallelism.expert}) does not fit: nodes × gpusPerNode "
+                f"({t.nodes * t.gpus_per_node}) must be a multiple of tensor × expert × pipeline "
+                f"({_expert_size(t)}), the size megatron-core gives each expert-parallel layout "
+                "(expert must divide the data-parallel × context ranks of a pipeline stage)"
             ),
         ),
         Rule(

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Final
 
 from agentrl.api import AgentRLJob
-from agentrl.api.engine import FORBIDDEN_EXTRA_ARGS
+from agentrl.api.engine import FORBIDDEN_EXTRA_ARGS, MANAGED_FLAGS
 
 # ---- ports and paths shared by the engine pod, the launcher and the watchdog ----------------
 
@@ -114,28 +114,9 @@ COMMON_ENV: Final[dict[str, str]] = {
 # ---- the schema ------------------------------------------------------------------------------
 
 #: Flags (canonical name first, then SGLang's aliases) that typed spec fields own, with the
-#: field to set instead. ``extraArgs`` naming any of them, or an argparse abbreviation of one,
-#: is refused.
-OWNED_FLAGS: Final[dict[tuple[str, ...], str]] = {
-    ("--model-path", "--model"): "spec.model.source",
-    ("--served-model-name",): "spec.model.servedName",
-    ("--tool-call-parser",): "spec.model.toolCallParser",
-    ("--reasoning-parser",): "spec.model.reasoningParser",
-    ("--dtype",): "spec.model.dtype",
-    ("--tp-size", "--tensor-parallel-size"): "spec.inference.gpusPerEngine",
-    ("--dp-size", "--data-parallel-size"): "spec.inference.engines (one engine per pod)",
-    ("--context-length",): "spec.inference.contextLength",
-    ("--max-running-requests",): "spec.inference.maxRunningRequests",
-    ("--mem-fraction-static",): "spec.inference.memFractionStatic",
-    ("--chunked-prefill-size",): "spec.inference.chunkedPrefillSize",
-    ("--kv-cache-dtype",): "spec.inference.kvCacheDtype",
-    ("--cuda-graph-max-bs", "--cuda-graph-bs"): "spec.inference.graphs.maxBatchSize",
-    ("--host",): "the operator (engines listen on 0.0.0.0)",
-    ("--port",): f"the operator (engines listen on {ENGINE_PORT})",
-    ("--enable-metrics",): "the operator (metrics are always on: the watchdog reads them)",
-    ("--weight-version",): "the trainer (it pushes versioned weights)",
-    ("--crash-dump-folder",): f"the operator (crash dumps go to {CRASH_DUMP_PATH})",
-}
+#: field to set instead (the API's table: the same flags are refused at apply time). ``extraArgs``
+#: naming any of them, or an argparse abbreviation of one, is refused.
+OWNED_FLAGS: Final = MANAGED_FLAGS
 
 #: ``--kv-cache-dtype`` spellings: the manifest says ``bfloat16`` like ``spec.model.dtype``;
 #: SGLang's choice list spells it ``bf16``.
