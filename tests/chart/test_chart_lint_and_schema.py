@@ -11,8 +11,20 @@ from tests.chart.charting import CHART, KUBE_VERSION, Helm, HelmError
 
 
 def test_chart_passes_helm_lint_strict(helm: Helm) -> None:
-    proc = helm.run("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
+    proc = helm.run("lint", str(CHART), "--strict")
     assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+def test_helm_is_stamped_as_its_release_build_and_renders_with_no_flags(helm: Helm) -> None:
+    """An unstamped helm reports v3.x-dev-ish versions and assumes Kubernetes v1.20 offline, so
+    `helm template` without --kube-version refuses the chart's `kubeVersion: >=1.30.0-0`."""
+    assert helm.run("version", "--template", "{{.Version}}").stdout.strip() == "v3.19.0"
+    proc = helm.run("template", "rel", str(CHART))
+    assert "kind: Deployment" in proc.stdout
+    # the gate is real: a Kubernetes older than the chart's kubeVersion is refused by name
+    old = helm.run("template", "rel", str(CHART), "--kube-version", "1.29.0", check=False)
+    assert old.returncode != 0
+    assert "kubeVersion" in old.stderr and ">=1.30.0-0" in old.stderr
 
 
 def test_chart_passes_helm_lint_in_namespaced_peering_mode(helm: Helm) -> None:
