@@ -130,6 +130,23 @@ def test_a_log_parser_we_do_not_implement_is_refused_naming_it() -> None:
         task_from_instance(record)
 
 
+def test_a_multimodal_row_whose_tests_need_downloaded_assets_is_refused() -> None:
+    record = row(
+        "matplotlib__matplotlib-1",
+        "matplotlib/matplotlib",
+        fail_to_pass=["a"],
+        pass_to_pass=[],
+        log_parser="parse_log_matplotlib",
+        test_command="pytest -rA",
+        test_file="lib/t.py",
+    )
+    assets = {"test_patch": [{"path": "baseline/x.png", "url": "https://example.com/x.png"}]}
+    with pytest.raises(DatasetError, match=r"image_assets names files the harness downloads"):
+        task_from_instance({**record, "image_assets": json.dumps(assets)})
+    # an empty asset list (most rows) is fine
+    assert task_from_instance({**record, "image_assets": "{}"}).id == "matplotlib__matplotlib-1"
+
+
 def test_a_swesmith_row_plants_and_commits_its_bug_and_reverts_it_as_reference(
     tmp_path: Path,
 ) -> None:

@@ -603,3 +603,33 @@ def test_every_python_parser_of_the_harness_is_supported() -> None:
         if parser.__module__ == "swebench.harness.log_parsers.python"
     }
     assert python_parsers <= set(log_parsers.PARSERS)
+
+
+PYTHON_PARSERS = sorted(
+    name
+    for name, parser in PARSER_REGISTRY.items()
+    if parser.__module__ == "swebench.harness.log_parsers.python"
+)
+
+
+@pytest.mark.parametrize("parser", PYTHON_PARSERS)
+def test_every_python_parser_reads_every_log_as_the_harness_does(parser: str) -> None:
+    spec = make_test_spec(_row(CASES[0]))
+    for case in CASES:
+        text = _log(case)
+        assert log_parsers.parse(parser, text) == PARSER_REGISTRY[parser](text, spec), case.name
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # no end marker: left as it is (the harness cannot record the exit status)
+        "#!/bin/bash\nset -uxo pipefail\ncd /testbed\npytest -rA\n",
+        # header lines repeated and blank lines kept
+        "set -uxo pipefail\n\ncd /testbed\n#!/bin/bash\n: '>>>>> Start Test Output'\n"
+        "pytest -rA\n: '>>>>> End Test Output'\n\n",
+    ],
+)
+def test_odd_eval_scripts_are_turned_into_the_same_script(script: str) -> None:
+    record = {**_row(CASES[0]), "eval_script": script}
+    assert grading.harness_eval_script(script) == make_test_spec(record).eval_script

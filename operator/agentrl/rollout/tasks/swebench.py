@@ -123,12 +123,26 @@ class SWEBenchInstance(_Instance):
     log_parser: str = Field(min_length=1)
     eval_type: Literal["pass_and_fail", "fail_only"] | None = None
     """Unset: ``fail_only`` for the repositories the harness grades so, else pass_and_fail."""
+    image_assets: dict[str, Any] | str | None = None
+    """Binary files (multimodal baselines) the harness downloads into the tree before the
+    tests; sandboxes have no network, so a row that needs any is refused."""
 
     @field_validator("version", mode="before")
     @classmethod
     def _version_text(cls, value: Any) -> Any:
         # JSON exports sometimes carry "3.0" as the number 3.0
         return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("image_assets")
+    @classmethod
+    def _no_assets(cls, value: Any) -> Any:
+        assets = json.loads(value) if isinstance(value, str) and value.strip() else value
+        if assets and any(assets.get(key) for key in ("test_patch", "patch")):
+            raise ValueError(
+                "names files the harness downloads before the tests (multimodal instances); "
+                "sandboxes have no network: drop the instance"
+            )
+        return value
 
     @field_validator("log_parser")
     @classmethod
