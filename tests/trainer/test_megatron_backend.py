@@ -318,7 +318,7 @@ def test_icepop_tokens_outside_the_bounds_do_not_count_in_the_token_mean() -> No
 def test_a_layout_the_model_cannot_be_split_into_is_refused_naming_the_field(
     config: dict[str, object], parallelism: dict[str, int], problem: str
 ) -> None:
-    from agentrl.trainer.megatron_backend import check_layout
+    from agentrl.trainer.hf_config import check_layout
 
     trainer = TrainerSpec.model_validate(
         {"backend": "megatron", "gpusPerNode": 8, "parallelism": parallelism}
@@ -329,7 +329,7 @@ def test_a_layout_the_model_cannot_be_split_into_is_refused_naming_the_field(
 
 
 def test_layouts_that_divide_the_model_are_accepted() -> None:
-    from agentrl.trainer.megatron_backend import check_layout
+    from agentrl.trainer.hf_config import check_layout
 
     for parallelism in ({"pipeline": 1}, {"expert": 4}, {"expert": 2, "tensor": 1}):
         trainer = TrainerSpec.model_validate(

@@ -230,12 +230,14 @@ def dry_run_backend(config: TrainerConfig) -> Any:
     if spec.trainer.backend == TrainerBackend.TORCH:
         return build_backend(config)
     from agentrl.trainer.hf_config import (
+        check_layout,
         optimizer_config_kwargs,
         read_hf_config,
         transformer_config_kwargs,
     )
 
     hf = read_hf_config(Path(model_path(config.job)))
+    check_layout(hf, spec.trainer)
     return MegatronPlan(
         transformer=transformer_config_kwargs(hf, spec.trainer),
         optimizer=optimizer_config_kwargs(spec.trainer, bf16=spec.model.dtype == "bfloat16"),

@@ -4,7 +4,8 @@
 (Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE): layers, hidden size, heads, key/value heads (GQA),
 FFN size, vocabulary, RoPE, norms, and the MoE fields when the architecture has experts.
 :func:`transformer_config_kwargs` turns it, with ``spec.trainer``, into the keyword arguments of
-``megatron.core.transformer.TransformerConfig``; :func:`optimizer_config_kwargs` turns
+``megatron.core.transformer.TransformerConfig`` (after :func:`check_layout` has refused a
+parallel layout the model cannot be split into); :func:`optimizer_config_kwargs` turns
 ``spec.trainer.optimizer`` into those of ``megatron.core.optimizer.OptimizerConfig``.
 
 Both are plain dicts on purpose: this module never imports megatron (or torch), so the mapping is
@@ -150,6 +151,40 @@ def transformer_config_kwargs(hf: HFModelConfig, trainer: TrainerSpec) -> dict[s
             moe_aux_loss_coeff=0.0,
         )
     return kwargs
+
+
+def check_layout(hf: HFModelConfig, trainer: TrainerSpec) -> None:
+    """Refuse a parallel layout this model cannot be split into, naming the field (the spec's
+    own rules, checked at apply time, cannot see the model's ``config.json``): the megatron
+    backend calls it before building the model, ``agentrl trainer --dry-run`` with the plan.
+
+    Raises:
+        ValueError: a size megatron-core would reject or mis-split the model with.
+    """
+    p = trainer.parallelism
+    problems = []
+    if hf.vocab_size % p.tensor:
+        problems.append(f"vocab_size {hf.vocab_size} is not divisible by parallelism.tensor")
+    if hf.num_attention_heads % p.tensor or hf.kv_heads % p.tensor:
+        problems.append(
+            f"attention heads ({hf.num_attention_heads}) and key/value heads ({hf.kv_heads}) "
+            f"must be divisible by parallelism.tensor ({p.tensor})"
+        )
+    if hf.num_hidden_layers % p.pipeline:
+        problems.append(
+            f"num_hidden_layers ({hf.num_hidden_layers}) must be divisible by "
+            f"parallelism.pipeline ({p.pipeline})"
+        )
+    if p.expert > 1 and not hf.is_moe:
+        problems.append(f"parallelism.expert is {p.expert} but the model has no experts (dense)")
+    if hf.num_experts is not None and hf.num_experts % p.expert:
+        problems.append(
+            f"num_experts ({hf.num_experts}) must be divisible by parallelism.expert ({p.expert})"
+        )
+    if problems:
+        raise ValueError(
+            f"spec.trainer.parallelism does not fit {hf.architecture}: " + "; ".join(problems)
+        )
 
 
 def optimizer_config_kwargs(trainer: TrainerSpec, *, bf16: bool) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from agentrl.trainer import megatron_export, megatron_weights
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.hf_config import (
     HFModelConfig,
+    check_layout,
     optimizer_config_kwargs,
     transformer_config_kwargs,
 )
@@ -127,39 +128,6 @@ def _have_transformer_engine() -> bool:
     except ImportError:
         return False
     return True
-
-
-def check_layout(hf: HFModelConfig, trainer: TrainerSpec) -> None:
-    """Refuse a parallel layout this model cannot be split into, naming the field (the spec's
-    own rules, checked at apply time, cannot see the model's ``config.json``).
-
-    Raises:
-        ValueError: a size megatron-core would reject or mis-split the model with.
-    """
-    p = trainer.parallelism
-    problems = []
-    if hf.vocab_size % p.tensor:
-        problems.append(f"vocab_size {hf.vocab_size} is not divisible by parallelism.tensor")
-    if hf.num_attention_heads % p.tensor or hf.kv_heads % p.tensor:
-        problems.append(
-            f"attention heads ({hf.num_attention_heads}) and key/value heads ({hf.kv_heads}) "
-            f"must be divisible by parallelism.tensor ({p.tensor})"
-        )
-    if hf.num_hidden_layers % p.pipeline:
-        problems.append(
-            f"num_hidden_layers ({hf.num_hidden_layers}) must be divisible by "
-            f"parallelism.pipeline ({p.pipeline})"
-        )
-    if p.expert > 1 and not hf.is_moe:
-        problems.append(f"parallelism.expert is {p.expert} but the model has no experts (dense)")
-    if hf.num_experts is not None and hf.num_experts % p.expert:
-        problems.append(
-            f"num_experts ({hf.num_experts}) must be divisible by parallelism.expert ({p.expert})"
-        )
-    if problems:
-        raise ValueError(
-            f"spec.trainer.parallelism does not fit {hf.architecture}: " + "; ".join(problems)
-        )
 
 
 def build_gpt_model(
