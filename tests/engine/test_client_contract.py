@@ -98,7 +98,7 @@ async def scripted() -> AsyncIterator[str]:
 
     app = web.Application()
     app.add_routes(
-        [web.post("/generate", fail), web.get("/get_model_info", bad), web.get("/metrics", slow)]
+        [web.post("/generate", fail), web.get("/model_info", bad), web.get("/metrics", slow)]
     )
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()

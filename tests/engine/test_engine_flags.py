@@ -25,7 +25,7 @@ def test_default_job_gives_exactly_the_reference_flag_set() -> None:
         "--max-running-requests", "64",
         "--mem-fraction-static", "0.85",
         "--kv-cache-dtype", "auto",
-        "--cuda-graph-max-bs", "64",
+        "--cuda-graph-max-bs-decode", "64",
         "--enable-metrics",
         "--watchdog-timeout", "300",
         "--crash-dump-folder", "/var/log/agentrl/crash",
@@ -55,7 +55,7 @@ def test_typed_fields_map_to_their_flags() -> None:
     assert args[args.index("--mem-fraction-static") + 1] == "0.7"
     assert args[args.index("--chunked-prefill-size") + 1] == "8192"
     assert args[args.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
-    assert args[args.index("--cuda-graph-max-bs") + 1] == "160"
+    assert args[args.index("--cuda-graph-max-bs-decode") + 1] == "160"
     assert args[args.index("--tool-call-parser") + 1] == "qwen25"
     assert args[args.index("--reasoning-parser") + 1] == "qwen3"
     assert args[args.index("--port") + 1] == "31000"
@@ -102,7 +102,7 @@ def test_nvidia_engines_get_neither_aiter_nor_the_rocm_environment() -> None:
 def test_no_spec_ever_produces_a_graph_disabling_flag(inference: dict[str, object]) -> None:
     args = launch_args(make_job(**inference))
     assert not [a for a in args if a.startswith("--disable-cuda-graph")]
-    assert "--cuda-graph-max-bs" in args
+    assert "--cuda-graph-max-bs-decode" in args
 
 
 @pytest.mark.parametrize(

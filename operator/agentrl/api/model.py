@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from agentrl.api import sglang_parsers
 from agentrl.api.base import ManifestModel, ObjectName
 from agentrl.api.rules import Rule
 
@@ -31,10 +32,12 @@ class ModelSpec(ManifestModel):
     architecture: str | None = Field(default=None, max_length=128)
     """Architecture name from the planner's built-in table (e.g. ``Qwen3-30B-A3B``); used by
     ``agentrl plan`` when ``config.json`` is not readable offline."""
-    tool_call_parser: str | None = Field(default=None, max_length=64)
-    """SGLang ``--tool-call-parser`` (e.g. ``qwen25``, ``qwen3_coder``)."""
-    reasoning_parser: str | None = Field(default=None, max_length=64)
-    """SGLang ``--reasoning-parser`` (e.g. ``qwen3``)."""
+    tool_call_parser: sglang_parsers.ToolCallParserName | None = None
+    """SGLang ``--tool-call-parser`` (e.g. ``qwen25``, ``qwen3_coder``): one of the names the
+    engine image's SGLang release accepts (``agentrl/api/sglang_parsers.json``), or ``auto``."""
+    reasoning_parser: sglang_parsers.ReasoningParserName | None = None
+    """SGLang ``--reasoning-parser`` (e.g. ``qwen3``): one of the names the engine image's
+    SGLang release accepts (``agentrl/api/sglang_parsers.json``), or ``auto``."""
     dtype: str = Field(default="bfloat16", pattern=r"^(bfloat16|float16|float32|auto)$")
     """Weight dtype for engines and trainer."""
 

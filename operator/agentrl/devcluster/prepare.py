@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentrl.devcluster import binaries
+from agentrl.devcluster import binaries, sglang_env
 from agentrl.devcluster.images import images_step
 from agentrl.devcluster.node.artifacts import node_step
 
@@ -99,12 +99,10 @@ def binaries_step() -> Step:
 
 
 #: Factories of every step, in the order they run.
-STEPS: list[Callable[[], Step]] = [binaries_step]
+STEPS: list[Callable[[], Step]] = [binaries_step, sglang_env.sglang_step]
 
 
 STEPS.append(images_step)  # the images as OCI archives: before the node, which imports them
-
-
 STEPS.append(node_step)  # the real node's packages and images: after the binaries (CoreDNS)
 
 

@@ -56,6 +56,10 @@ CONNECTIONS = Gauge(
     ["engine"],
 )
 
+#: SGLang's model-info route. ``/get_model_info`` is its deprecated name in 0.5.15: the server
+#: logs a warning for every call, and the trainer and the watchdog call it after every push.
+MODEL_INFO_PATH = "/model_info"
+
 #: Connections kept for control traffic (health probes, weight updates, metrics scrapes) on top
 #: of the generation slots, so a probe never queues behind a full pool of generations.
 CONTROL_CONNECTIONS = 4
@@ -148,7 +152,8 @@ class GenerateResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    """``GET /get_model_info``."""
+    """``GET /model_info`` (SGLang 0.5.15 also answers the older ``/get_model_info``, but logs
+    a deprecation warning on every call)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -416,9 +421,9 @@ class EngineClient:
         return True
 
     async def get_model_info(self, *, timeout: float = 30.0) -> ModelInfo:
-        """``GET /get_model_info``: model path, tokenizer, served weight version."""
+        """``GET /model_info``: model path, tokenizer, served weight version."""
         return ModelInfo.model_validate(
-            await self._request_json("GET", "/get_model_info", timeout=timeout)
+            await self._request_json("GET", MODEL_INFO_PATH, timeout=timeout)
         )
 
     async def metrics(self, *, timeout: float = 10.0) -> EngineMetrics:

@@ -18,6 +18,11 @@ The operator passes the flags as the container's arguments (so ``kubectl get pod
 shows them); without arguments the launcher builds them from the spec itself. Either way a
 flag that would disable HIP graphs is refused here too (exit code 2), even if it got past the
 API server's CEL rule.
+
+Where SGLang is installed (the engine image), the flags are then parsed by SGLang's own
+argument parser (:mod:`agentrl.engine.sglang_check`) before exec: a flag the image's release
+refuses stops the launcher with exit code 2 and a message naming the flag and the spec field it
+came from, instead of an engine that exits at once and crash-loops under the kubelet.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import NoReturn
 import yaml
 
 from agentrl.api import AgentRLJob
+from agentrl.engine import sglang_check
 from agentrl.reconcile import engine_flags
 
 log = logging.getLogger(__name__)
@@ -107,6 +113,47 @@ def exec_engine(argv: list[str], env: dict[str, str], log_file: Path) -> NoRetur
         os._exit(127)
 
 
+def _installed_sglang_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def check_with_sglang(args: list[str], sources: list[str]) -> None:
+    """Parse ``args`` with the installed SGLang's parser; ``sources[i]`` names where token
+    ``i`` came from.
+
+    Raises:
+        EngineFlagError: SGLang refuses them; the message names the flag, its source and the
+            release (and the one agentrl's flags are checked against, if they differ).
+    """
+    rejection = sglang_check.check_args(args)
+    if rejection is None:
+        return
+    installed = _installed_sglang_version()
+    release = f"SGLang {installed}"
+    if installed != engine_flags.SGLANG_VERSION:
+        release += (
+            f" (agentrl's flags are checked against SGLang {engine_flags.SGLANG_VERSION}: "
+            "is the image's base the release agentrl pins?)"
+        )
+    if rejection.index is None:
+        where = "the engine flags"
+    else:
+        index = rejection.index
+        # a value token: name the flag it belongs to
+        while index > 0 and not args[index].startswith("--"):
+            index -= 1
+        where = f"{args[index]!r}, from {sources[index]},"
+    raise engine_flags.EngineFlagError(
+        f"{release} refuses the engine flags: {rejection.message}. The flag {where} would make "
+        "the engine exit at start (and the kubelet restart it in a loop); change it there."
+    )
+
+
 def prepare(
     job: AgentRLJob | None, port: int, sglang_args: list[str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
@@ -114,24 +161,36 @@ def prepare(
 
     ``sglang_args`` (what the operator puts in the pod's ``args``) are used as given, after the
     graph check; without them the flags are built from ``job``. With a ``job`` the engine
-    environment of the spec is laid over the container's.
+    environment of the spec is laid over the container's. Where SGLang is installed, its
+    parser must accept the flags (:func:`check_with_sglang`).
 
     Raises:
-        EngineFlagError: a flag would disable HIP graphs (or ``extraArgs`` is refused).
+        EngineFlagError: a flag would disable HIP graphs (or ``extraArgs`` is refused), or the
+            installed SGLang refuses a flag.
         ValueError: neither arguments nor a job were given.
     """
     if sglang_args:
-        engine_flags.refuse_graph_disabling(sglang_args, source="the engine arguments")
-        command = ["python3", "-m", engine_flags.SGLANG_MODULE, *sglang_args]
-        if job is not None and list(sglang_args) != engine_flags.launch_args(job, port):
-            log.warning(
-                "the engine arguments differ from those the spec in the ConfigMap gives; "
-                "running the arguments (the pod is rolled when the spec changes)"
-            )
+        args = list(sglang_args)
+        engine_flags.refuse_graph_disabling(args, source="the engine arguments")
+        from_spec = engine_flags.launch_args_with_sources(job, port) if job is not None else None
+        if from_spec is not None and args == [token for token, _ in from_spec]:
+            sources = [source for _, source in from_spec]
+        else:
+            if from_spec is not None:
+                log.warning(
+                    "the engine arguments differ from those the spec in the ConfigMap gives; "
+                    "running the arguments (the pod is rolled when the spec changes)"
+                )
+            sources = [f"the engine arguments[{i}]" for i in range(len(args))]
     elif job is not None:
-        command = engine_flags.launch_command(job, port)
+        with_sources = engine_flags.launch_args_with_sources(job, port)
+        args = [token for token, _ in with_sources]
+        sources = [source for _, source in with_sources]
     else:
         raise ValueError("no engine arguments and no job spec")
+    if sglang_check.sglang_installed():
+        check_with_sglang(args, sources)
+    command = ["python3", "-m", engine_flags.SGLANG_MODULE, *args]
     with contextlib.suppress(OSError):
         Path(engine_flags.CRASH_DUMP_PATH).mkdir(parents=True, exist_ok=True)
     base = dict(os.environ)

@@ -309,11 +309,17 @@ class TinyEngine:
         elif req in self.queue:
             self.queue.remove(req)
         out = req.ids[req.prompt_len :]
+        # SGLang 0.5.15's finish_reason shapes (FINISH_MATCHED_*, FINISH_LENGTH, FINISH_ABORT
+        # .to_json()) and meta_info keys; tests/contracts/test_sglang_responses.py holds them
+        # equal.
         finish: dict[str, Any] = {"type": kind}
-        if matched is not None:
+        if kind == "stop":
             finish["matched"] = matched
-        if message:
-            finish["message"] = message
+        elif kind == "length":
+            finish["length"] = len(out)
+        else:
+            finish.update(message=message or "Aborted", status_code=None, err_type=None)
+        logprobs = [[lp, t, None] for lp, t in zip(req.logprobs, out, strict=False)]
         body = {
             "text": self.tokenizer.decode(out),
             "output_ids": out,
@@ -321,11 +327,14 @@ class TinyEngine:
                 "id": req.rid,
                 "finish_reason": finish,
                 "prompt_tokens": req.prompt_len,
-                "completion_tokens": len(out),
-                "output_token_logprobs": [
-                    [lp, t, None] for lp, t in zip(req.logprobs, out, strict=False)
-                ],
                 "weight_version": self.weight_version,
+                "num_retractions": 0,
+                "input_token_logprobs": [],
+                "output_token_logprobs": logprobs,
+                "output_token_logprobs_length": len(logprobs),
+                "reasoning_tokens": 0,
+                "completion_tokens": len(out),
+                "cached_tokens": 0,
                 "e2e_latency": time.monotonic() - req.started,
             },
         }
@@ -410,6 +419,7 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
 
     async def model_info(_: web.Request) -> web.Response:
         await engine.guard()
+        # SGLang 0.5.15's keys (tests/contracts/test_sglang_responses.py holds them equal)
         return web.json_response(
             {
                 "model_path": engine.model_path,
@@ -417,6 +427,10 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": engine.weight_version,
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "agentrl-tiny",
+                "architectures": ["TinyPolicy"],
             }
         )
 
@@ -443,9 +457,17 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
             engine.load_weights(path, body.get("weight_version"))
         except (OSError, ValueError, RuntimeError) as exc:
             # SGLang answers a failed load with success=false and keeps the old weights.
-            return web.json_response({"success": False, "message": str(exc)}, status=400)
+            return web.json_response(
+                {"success": False, "message": str(exc), "num_paused_requests": 0}, status=400
+            )
         log.info("weights loaded from %s (version %s)", path, engine.weight_version)
-        return web.json_response({"success": True, "message": "Succeeded to update model weights."})
+        return web.json_response(
+            {
+                "success": True,
+                "message": "Succeeded to update model weights.",
+                "num_paused_requests": 0,
+            }
+        )
 
     async def flush_cache(_: web.Request) -> web.Response:
         await engine.guard()
@@ -458,13 +480,13 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
         engine.paused = True
         if mode == "abort":
             engine.abort_all()
-        return web.json_response({"success": True, "mode": mode})
+        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 
     async def resume(_: web.Request) -> web.Response:
         await engine.guard()
         engine.paused = False
         engine._wake.set()
-        return web.json_response({"success": True})
+        return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
 
     async def metrics(_: web.Request) -> web.Response:
         await engine.guard()
@@ -477,10 +499,12 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
             web.post("/generate", generate),
             web.get("/health", health),
             web.get("/health_generate", health_generate),
-            web.get("/get_model_info", model_info),
+            web.get("/model_info", model_info),
+            web.get("/get_model_info", model_info),  # SGLang's deprecated name, still served
             web.get("/get_server_info", server_info),
             web.post("/update_weights_from_disk", update_from_disk),
             web.post("/flush_cache", flush_cache),
+            web.get("/flush_cache", flush_cache),
             web.post("/pause_generation", pause),
             web.post("/continue_generation", resume),
             web.get("/metrics", metrics),

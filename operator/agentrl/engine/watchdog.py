@@ -22,7 +22,7 @@ container exits and the kubelet restarts it on the same GPU with the same comman
 watchdog never starts an engine and never touches its flags); the watchdog waits for a new
 engine process to answer ``/health_generate``, pushes the trainer's current weights
 (:mod:`agentrl.engine.weight_pointer`) with ``/update_weights_from_disk`` and checks the
-version ``/get_model_info`` reports; then readiness returns. An engine that is not healthy
+version ``/model_info`` reports; then readiness returns. An engine that is not healthy
 within ``recoverTimeoutSeconds`` is stopped again.
 
 Crash-loop guard: more than ``maxRestarts`` restarts within ``restartWindowSeconds`` puts the
@@ -56,6 +56,7 @@ from pydantic import BaseModel, Field
 
 from agentrl.api import AgentRLJob
 from agentrl.engine import faults
+from agentrl.engine.client import MODEL_INFO_PATH
 from agentrl.engine.processes import EngineProcesses
 from agentrl.engine.watchdog_report import (
     REASON_CRASH_LOOP,
@@ -237,7 +238,7 @@ class HttpEngineEndpoints:
                 if response.status != 200 or not reply.get("success", False):
                     return f"HTTP {response.status}: {reply.get('message', reply)}"
             async with self._http().get(
-                f"{self.base_url}/get_model_info", timeout=client_timeout
+                f"{self.base_url}{MODEL_INFO_PATH}", timeout=client_timeout
             ) as response:
                 served = (await response.json(content_type=None)).get("weight_version")
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

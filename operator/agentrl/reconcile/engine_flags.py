@@ -83,6 +83,13 @@ INITIAL_WEIGHT_VERSION: Final = "0"
 #: The module the engine container runs.
 SGLANG_MODULE: Final = "sglang.launch_server"
 
+#: The SGLang release this flag schema, the engine client and the tiny engine are checked
+#: against (``tests/contracts/test_sglang_*.py`` run SGLang's own parser, routes, request
+#: structures and metrics of this release). It is the release of the engine image's base,
+#: ``SGLANG_BASE`` in ``images/sglang-engine/Dockerfile``; a test holds the two equal. To bump
+#: it, see ``docs/engine.md`` ("Bumping the SGLang release").
+SGLANG_VERSION: Final = "0.5.15.post1"
+
 # ---- ROCm environment ------------------------------------------------------------------------
 
 #: Environment of every engine on AMD GPUs: the set the SGLang ROCm image bakes in, stated again
@@ -133,6 +140,16 @@ _KV_CACHE_DTYPE: Final[dict[str, str]] = {
 #: them itself.
 _GRAPH_FLAG_MIN_PREFIX: Final = "--disable-cu"
 
+#: Further ways SGLang 0.5.15 offers to turn decode graphs off (found by the contract test
+#: against its parser; ``--disable-cuda-graph`` there is a deprecated umbrella for them):
+#: flags that disable them outright, and flags whose value ``disabled`` does. Prefill
+#: (piecewise) graphs are a separate optimisation and may be switched off.
+_GRAPH_DISABLING_FLAGS: Final = ("--disable-decode-cuda-graph",)
+_GRAPH_BACKEND_FLAGS: Final = ("--cuda-graph-backend-decode",)
+#: ``--cuda-graph-config`` (a JSON graph configuration) could carry a disabled decode backend
+#: out of sight, like ``--config``.
+_GRAPH_CONFIG_FLAG: Final = "--cuda-graph-config"
+
 
 class EngineFlagError(ValueError):
     """The spec asks for engine flags the schema refuses. The message names the field and the
@@ -154,7 +171,25 @@ def _disables_graphs(name: str) -> bool:
             return True
         if len(name) >= len(_GRAPH_FLAG_MIN_PREFIX) and forbidden.startswith(name):
             return True
-    return False
+    # SGLang has no other flag starting --disable-d(ecode), --cuda-graph-c(onfig) or
+    # --cuda-graph-backend-d(ecode), so those prefixes expand to the graph flags only.
+    if any(f.startswith(name) and len(name) >= len("--disable-d") for f in _GRAPH_DISABLING_FLAGS):
+        return True
+    return _GRAPH_CONFIG_FLAG.startswith(name) and len(name) >= len("--cuda-graph-c")
+
+
+def _graph_backend_disabled(args: list[str], index: int) -> bool:
+    """True when ``args[index]`` sets a decode graph backend (any abbreviation argparse would
+    expand) to ``disabled``, as ``--flag=disabled`` or ``--flag disabled``."""
+    arg = args[index]
+    name = _flag_name(arg)
+    if name is None or not any(
+        f.startswith(name) and len(name) >= len("--cuda-graph-backend-d")
+        for f in _GRAPH_BACKEND_FLAGS
+    ):
+        return False
+    value = arg.split("=", 1)[1] if "=" in arg else (args[index + 1 : index + 2] or [""])[0]
+    return value == "disabled"
 
 
 def _owning_field(name: str) -> str | None:
@@ -184,7 +219,7 @@ def refuse_graph_disabling(args: list[str], *, source: str) -> None:
     """
     for index, arg in enumerate(args):
         name = _flag_name(arg)
-        if name is not None and _disables_graphs(name):
+        if name is not None and (_disables_graphs(name) or _graph_backend_disabled(args, index)):
             raise EngineFlagError(
                 f"{source}[{index}] ({arg!r}) is refused: it disables HIP graphs, which halves "
                 "decode throughput or worse. Graphs stay on; the watchdog restarts an engine "
@@ -232,6 +267,72 @@ def is_amd(job: AgentRLJob) -> bool:
     return job.spec.inference.gpu_resource.startswith("amd.com/")
 
 
+#: Where the flags :func:`launch_args` sets without a spec field come from (named when one of
+#: them is refused by SGLang's parser at launch).
+OPERATOR_SOURCE: Final = "the operator's fixed engine flags (agentrl.reconcile.engine_flags)"
+
+
+def launch_args_with_sources(job: AgentRLJob, port: int = ENGINE_PORT) -> list[tuple[str, str]]:
+    """Each token of :func:`launch_args` with the spec field it comes from (``extraArgs``
+    tokens as ``spec.inference.extraArgs[i]``), so an error about a token can name the field
+    to change.
+
+    Raises:
+        EngineFlagError: when ``spec.inference.extraArgs`` is refused (see
+            :func:`check_extra_args`).
+    """
+    inference = job.spec.inference
+    model = job.spec.model
+    check_extra_args(inference.extra_args)
+    graph_max_bs = inference.graphs.max_batch_size or inference.max_running_requests
+    fixed = OPERATOR_SOURCE
+    graphs = (
+        "spec.inference.graphs.maxBatchSize"
+        if inference.graphs.max_batch_size is not None
+        else "spec.inference.maxRunningRequests (graphs.maxBatchSize unset)"
+    )
+    # fmt: off
+    flags: list[tuple[list[str], str]] = [
+        (["--model-path", model_path(job)], "spec.model.source"),
+        (["--served-model-name", model.served_name], "spec.model.servedName"),
+        (["--dtype", model.dtype], "spec.model.dtype"),
+        (["--host", "0.0.0.0"], fixed),
+        (["--port", str(port)], fixed),
+        (["--tp-size", str(inference.gpus_per_engine)], "spec.inference.gpusPerEngine"),
+        (["--dp-size", "1"], fixed),
+        (["--context-length", str(inference.context_length)], "spec.inference.contextLength"),
+        (["--max-running-requests", str(inference.max_running_requests)],
+         "spec.inference.maxRunningRequests"),
+        (["--mem-fraction-static", str(inference.mem_fraction_static)],
+         "spec.inference.memFractionStatic"),
+        (["--kv-cache-dtype", _KV_CACHE_DTYPE[inference.kv_cache_dtype]],
+         "spec.inference.kvCacheDtype"),
+        # The canonical name in SGLang 0.5.15 (``--cuda-graph-max-bs`` is a deprecated alias
+        # there, and an ambiguous prefix that argparse rejects in later releases).
+        (["--cuda-graph-max-bs-decode", str(graph_max_bs)], graphs),
+        (["--enable-metrics"], fixed),
+        (["--watchdog-timeout", str(SGLANG_WATCHDOG_TIMEOUT_SECONDS)], fixed),
+        (["--crash-dump-folder", CRASH_DUMP_PATH], fixed),
+        (["--weight-version", INITIAL_WEIGHT_VERSION], fixed),
+        (["--trust-remote-code"], fixed),
+    ]
+    # fmt: on
+    if inference.chunked_prefill_size is not None:
+        flags.append(
+            (["--chunked-prefill-size", str(inference.chunked_prefill_size)],
+             "spec.inference.chunkedPrefillSize")
+        )  # fmt: skip
+    if model.tool_call_parser is not None:
+        flags.append((["--tool-call-parser", model.tool_call_parser], "spec.model.toolCallParser"))
+    if model.reasoning_parser is not None:
+        flags.append((["--reasoning-parser", model.reasoning_parser], "spec.model.reasoningParser"))
+    if is_amd(job):
+        flags.append((["--attention-backend", "aiter"], "spec.inference.gpuResource (AMD GPUs)"))
+    out = [(token, source) for tokens, source in flags for token in tokens]
+    out += [(arg, f"spec.inference.extraArgs[{i}]") for i, arg in enumerate(inference.extra_args)]
+    return out
+
+
 def launch_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
     """The ``sglang.launch_server`` arguments for ``job`` (without the interpreter and module).
 
@@ -242,40 +343,7 @@ def launch_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
         EngineFlagError: when ``spec.inference.extraArgs`` is refused (see
             :func:`check_extra_args`).
     """
-    inference = job.spec.inference
-    model = job.spec.model
-    check_extra_args(inference.extra_args)
-    graph_max_bs = inference.graphs.max_batch_size or inference.max_running_requests
-    # fmt: off
-    args = [
-        "--model-path", model_path(job),
-        "--served-model-name", model.served_name,
-        "--dtype", model.dtype,
-        "--host", "0.0.0.0",
-        "--port", str(port),
-        "--tp-size", str(inference.gpus_per_engine),
-        "--dp-size", "1",
-        "--context-length", str(inference.context_length),
-        "--max-running-requests", str(inference.max_running_requests),
-        "--mem-fraction-static", str(inference.mem_fraction_static),
-        "--kv-cache-dtype", _KV_CACHE_DTYPE[inference.kv_cache_dtype],
-        "--cuda-graph-max-bs", str(graph_max_bs),
-        "--enable-metrics",
-        "--watchdog-timeout", str(SGLANG_WATCHDOG_TIMEOUT_SECONDS),
-        "--crash-dump-folder", CRASH_DUMP_PATH,
-        "--weight-version", INITIAL_WEIGHT_VERSION,
-        "--trust-remote-code",
-    ]
-    # fmt: on
-    if inference.chunked_prefill_size is not None:
-        args += ["--chunked-prefill-size", str(inference.chunked_prefill_size)]
-    if model.tool_call_parser is not None:
-        args += ["--tool-call-parser", model.tool_call_parser]
-    if model.reasoning_parser is not None:
-        args += ["--reasoning-parser", model.reasoning_parser]
-    if is_amd(job):
-        args += ["--attention-backend", "aiter"]
-    return args + list(inference.extra_args)
+    return [token for token, _ in launch_args_with_sources(job, port)]
 
 
 def launch_command(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
