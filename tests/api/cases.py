@@ -233,8 +233,18 @@ INVALID: list[Case] = [
     ),
     Case(
         "parallelism with the torch backend",
-        spec({"trainer": {"backend": "torch", "parallelism": {"tensor": 2}}}),
+        spec({"trainer": {"backend": "torch", "gpusPerNode": 0, "parallelism": {"tensor": 2}}}),
         "spec.trainer.parallelism",
+    ),
+    Case(
+        "the torch backend on two trainer pods",
+        spec({"trainer": {"backend": "torch", "gpusPerNode": 0, "nodes": 2}}),
+        "spec.trainer.nodes",
+    ),
+    Case(
+        "the torch backend with eight ranks",
+        spec({"trainer": {"backend": "torch", "gpusPerNode": 8}}),
+        "spec.trainer.gpusPerNode",
     ),
     Case(
         # 8 GPUs over pipeline 2 leave 4 ranks per stage: expert 3 does not divide them

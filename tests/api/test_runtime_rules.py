@@ -37,10 +37,28 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
         "or expert parallelism",
     ),
     (
-        {"trainer": {"backend": "torch", "parallelism": {"tensor": 2, "expert": 4}}},
+        {
+            "trainer": {
+                "backend": "torch",
+                "gpusPerNode": 0,
+                "parallelism": {"tensor": 2, "expert": 4},
+            }
+        },
         "spec.trainer.parallelism",
         "parallelism is for the megatron backend: backend torch trains one unsharded model, "
         "so tensor, pipeline, context and expert must all be 1 (got 2, 1, 1, 4)",
+    ),
+    (
+        {"trainer": {"backend": "torch", "gpusPerNode": 0, "nodes": 2}},
+        "spec.trainer.nodes",
+        "nodes must be 1 for backend torch (got 2): it trains one model in one process, with "
+        "no ranks to follow the driver; use backend megatron for more",
+    ),
+    (
+        {"trainer": {"backend": "torch", "gpusPerNode": 8}},
+        "spec.trainer.gpusPerNode",
+        "gpusPerNode must be 0 or 1 for backend torch (got 8): every GPU is a trainer rank, "
+        "and the torch backend has one (on the CPU); use backend megatron for more",
     ),
     (
         # 8 % (tensor 1 × expert 3 × pipeline 2 = 6) = 2

@@ -280,6 +280,31 @@ class TrainerSpec(ManifestModel):
             ),
         ),
         Rule(
+            cel="self.backend != 'torch' || self.nodes == 1",
+            message_expression="'nodes must be 1 for backend torch (got %d): it trains one "
+            "model in one process, with no ranks to follow the driver; use backend megatron "
+            "for more'.format([self.nodes])",
+            field_path=".nodes",
+            check=lambda t: t.backend != TrainerBackend.TORCH or t.nodes == 1,
+            message=lambda t: (
+                f"nodes must be 1 for backend torch (got {t.nodes}): it trains one model in one "
+                "process, with no ranks to follow the driver; use backend megatron for more"
+            ),
+        ),
+        Rule(
+            cel="self.backend != 'torch' || self.gpusPerNode <= 1",
+            message_expression="'gpusPerNode must be 0 or 1 for backend torch (got %d): every "
+            "GPU is a trainer rank, and the torch backend has one (on the CPU); use backend "
+            "megatron for more'.format([self.gpusPerNode])",
+            field_path=".gpusPerNode",
+            check=lambda t: t.backend != TrainerBackend.TORCH or t.gpus_per_node <= 1,
+            message=lambda t: (
+                f"gpusPerNode must be 0 or 1 for backend torch (got {t.gpus_per_node}): every "
+                "GPU is a trainer rank, and the torch backend has one (on the CPU); use backend "
+                "megatron for more"
+            ),
+        ),
+        Rule(
             cel="self.backend != 'megatron' || self.parallelism.context == 1",
             message_expression="'parallelism.context must be 1 (got %d): the megatron backend "
             "feeds every context-parallel rank whole sequences instead of its slices; use "
