@@ -15,7 +15,7 @@ from agentrl.devcluster.cli import dev
 from agentrl.devcluster.cluster import LocalCluster
 from agentrl.devcluster.processes import port_free
 
-LIFECYCLE_PORT = 47443
+LIFECYCLE_PORT = 25443  # below the ephemeral range (32768+): no outgoing connection holds it
 
 
 def _invoke(*args: str):  # type: ignore[no-untyped-def]

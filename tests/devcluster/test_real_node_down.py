@@ -21,7 +21,7 @@ from agentrl.devcluster.testing import Kubectl, wait_for
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnode, pytest.mark.slow]
 
 NAME = "realdown"
-PORT = 37443
+PORT = 24443  # below the ephemeral range (32768+)
 
 
 def _lines(cmd: list[str]) -> set[str]:
