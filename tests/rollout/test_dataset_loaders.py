@@ -155,21 +155,23 @@ def test_a_swesmith_row_plants_and_commits_its_bug_and_reverts_it_as_reference(
     assert task.image == "swebench/swesmith.x86_64.pandas-dev_1776_pandas.95280573"
     assert task.workdir == "/testbed"
     assert task.files == {".git/agentrl/bug.patch": smith_row()["patch"]}
+    commit = "git -c user.name=agentrl -c user.email=agentrl@localhost commit -q --no-verify"
     assert task.setup_commands == [
         "git apply .git/agentrl/bug.patch && rm -f .git/agentrl/bug.patch && git add -A && "
-        "git -c user.name=agentrl -c user.email=agentrl@localhost commit -q --no-verify "
-        "-m 'SWE-smith bug'"
+        f"{commit} -m 'SWE-smith bug' && git update-ref refs/agentrl/bug HEAD && "
+        "git rm -q --ignore-unmatch -- pandas/tests/test_ops.py && "
+        f"{commit} --allow-empty -m 'Remove F2P tests'"
     ]
     assert (task.reference.patch, task.reference.patch_reverse) == (smith_row()["patch"], True)
     verification = task.verification
     assert isinstance(verification, HarnessVerification)
     assert (verification.harness, verification.log_parser) == ("swesmith", "swesmith_python")
-    # SWE-smith's eval.sh for the Python profile, after its reset of the F2P/P2P test files
+    # SWE-smith's eval.sh for the Python profile, after its restore of the F2P/P2P test files
     assert verification.eval_script == (
         "#!/bin/bash\n"
         "set -uxo pipefail\n"
         "cd /testbed\n"
-        "git checkout -- pandas/tests/frame/test_api.py pandas/tests/test_ops.py\n"
+        "git checkout refs/agentrl/bug -- pandas/tests/frame/test_api.py pandas/tests/test_ops.py\n"
         ": '>>>>> Start Test Output'\n"
         "source /opt/miniconda3/bin/activate; conda activate testbed; "
         "pytest --disable-warnings --color=no --tb=no --verbose\n"

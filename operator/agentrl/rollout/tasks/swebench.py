@@ -14,11 +14,12 @@ export from before 5.x) is refused with the fix, and so is a log parser we do no
 
 SWE-smith rows (:class:`SWESmithInstance`, recognised by ``image_name``) name one image per
 repository snapshot; their ``patch`` *creates* the bug. SWE-smith checks out the bug's branch
-(fetched from GitHub); sandboxes have no network, so setup applies the patch and commits it
-instead (``git status``/``git diff`` are clean, as on the branch) and the reference solution
-reverts it. The eval script is the one SWE-smith's harness writes for its Python profile: test
-files of FAIL_TO_PASS/PASS_TO_PASS reset, then the profile's test command (the environment
-activation is part of it) between the markers; it is graded with SWE-smith's parser and rules.
+(fetched from GitHub: the bug commit, then a commit removing the F2P test files); sandboxes have
+no network, so setup makes the same two commits in place (:func:`swesmith_setup`) and the
+reference solution reverts the bug. The eval script is the one SWE-smith's harness writes for
+its Python profile, after its own preparation: test files of FAIL_TO_PASS/PASS_TO_PASS as of the
+bug commit, then the profile's test command (the environment activation is part of it) between
+the markers; it is graded with SWE-smith's parser and rules.
 
 ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON lists or JSON-encoded strings of lists (the
 Hugging Face exports do the latter).
@@ -183,13 +184,24 @@ def _test_files(tests: list[str]) -> list[str]:
     return sorted({test.split("::", 1)[0] for test in tests})
 
 
+#: The ref setup leaves on the bug commit (the state SWE-smith's eval checks out, ``HEAD~1``
+#: of the bug branch, with the F2P test files present); a ref, so commits the agent makes do
+#: not move it.
+BUG_REF: Final = "refs/agentrl/bug"
+
+
+def _quoted(paths: list[str]) -> str:
+    return " ".join(shlex.quote(p) for p in paths)
+
+
 def swesmith_eval_script(instance: SWESmithInstance) -> str:
-    """The eval script SWE-smith's harness runs for a Python-profile instance, with the reset
-    of the test files it does just before (so an agent's edits to them do not count)."""
+    """The eval script SWE-smith's harness runs for a Python-profile instance, after the steps
+    it takes just before: the test files of F2P/P2P as of the bug commit (the F2P files the
+    agent never saw come back, its edits to the others are undone)."""
     files = _test_files([*instance.fail_to_pass, *instance.pass_to_pass])
     lines = [*grading.SCRIPT_HEADER, f"cd {TESTBED}"]
     if files:
-        lines.append(f"git checkout -- {' '.join(shlex.quote(f) for f in files)}")
+        lines.append(f"git checkout {BUG_REF} -- {_quoted(files)}")
     lines += [
         f": '{grading.START_TEST_OUTPUT}'",
         SWESMITH_PYTHON_TEST_COMMAND,
@@ -223,15 +235,29 @@ def task_from_swebench(instance: SWEBenchInstance) -> Task:
     )
 
 
-#: Commits the planted bug, so the work tree is clean as on SWE-smith's bug branch.
-_COMMIT_BUG = (
-    "git add -A && git -c user.name=agentrl -c user.email=agentrl@localhost "
-    "commit -q --no-verify -m 'SWE-smith bug'"
-)
+_GIT_COMMIT = "git -c user.name=agentrl -c user.email=agentrl@localhost commit -q --no-verify"
+
+
+def swesmith_setup(instance: SWESmithInstance) -> str:
+    """SWE-smith's bug branch, made in place: the bug committed (and marked with
+    :data:`BUG_REF`), then the F2P test files removed in a second commit, so the agent works in
+    a clean tree without the tests that would point at the bug, as on the branch."""
+    f2p_files = _test_files(instance.fail_to_pass)
+    return " && ".join(
+        [
+            f"git apply {BUG_PATCH_PATH}",
+            f"rm -f {BUG_PATCH_PATH}",
+            "git add -A",
+            f"{_GIT_COMMIT} -m 'SWE-smith bug'",
+            f"git update-ref {BUG_REF} HEAD",
+            f"git rm -q --ignore-unmatch -- {_quoted(f2p_files)}",
+            f"{_GIT_COMMIT} --allow-empty -m 'Remove F2P tests'",
+        ]
+    )
 
 
 def task_from_swesmith(instance: SWESmithInstance) -> Task:
-    """A SWE-smith instance as a task: the bug planted and committed at setup."""
+    """A SWE-smith instance as a task: its bug branch made at setup."""
     return Task(
         id=instance.instance_id,
         source="swesmith",
@@ -239,7 +265,7 @@ def task_from_swesmith(instance: SWESmithInstance) -> Task:
         image=instance.image_name,
         workdir=TESTBED,
         files={BUG_PATCH_PATH: instance.patch},
-        setup_commands=[f"git apply {BUG_PATCH_PATH} && rm -f {BUG_PATCH_PATH} && {_COMMIT_BUG}"],
+        setup_commands=[swesmith_setup(instance)],
         verification=HarnessVerification(
             harness="swesmith",
             eval_script=swesmith_eval_script(instance),
