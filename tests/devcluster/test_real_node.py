@@ -6,20 +6,25 @@ it. The node's down is tested on a cluster of its own (test_real_node_down.py)."
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import sys
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentrl.devcluster.node import artifacts, config
+from agentrl.devcluster.node import artifacts, config, oci
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnode]
 
 IMAGE = artifacts.BUSYBOX.name
+PACKAGE_ROOT = Path(artifacts.__file__).resolve().parents[3]
 # (Debian's busybox-static 1.35 wget segfaults on its own -T option: time-outs use `timeout`)
 
 
@@ -269,3 +274,63 @@ def test_pods_that_do_not_ask_for_the_real_node_stay_on_simulated_nodes(kubectl:
         lambda: kubectl.json("get", "pod", "plain")["spec"].get("nodeName"), what="scheduled"
     )
     assert pod.startswith(("cpu-", "gpu-"))
+
+
+def test_load_imports_a_new_archive_once_and_a_pod_runs_it(
+    cluster: ClusterHandle, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    assert cluster.local is not None, "needs the local cluster (not AGENTRL_TEST_KUBECONFIG)"
+    token = uuid.uuid4().hex
+    (tmp_path / "token").write_text(token + "\n")
+    busybox = shutil.which("busybox")
+    assert busybox
+    name = f"agentrl.local/loadtest:{token[:12]}"
+    spec = oci.ImageSpec(
+        name=name,
+        entries=[
+            *artifacts.busybox_entries(Path(busybox), ["sh", "cat", "sleep"]),
+            oci.Entry("token", tmp_path / "token", 0o644),
+        ],
+    )
+    archive = tmp_path / "loadtest.tar"
+    digest = oci.write_archive(spec, archive)
+    # the node's own images are there already at their digests: nothing to import
+    assert cluster.local.load([artifacts.BUSYBOX.archive]) == []
+    assert cluster.local.load([archive]) == [archive]
+    assert cluster.local.load([archive]) == []  # same digest: skipped
+    node = cluster.local.real_node(0)
+    assert node.images()[name] == digest
+    pod = _pod("loaded", "cat /token; exec sleep 3600")
+    pod["spec"]["containers"][0]["image"] = name
+    kubectl.apply(pod)
+    _running(kubectl, "loaded")
+    logs = wait_for(lambda: kubectl.run("logs", "loaded").stdout.strip(), what="its output")
+    assert logs == token
+    kubectl.run("delete", "pod", "loaded", "--wait=true")
+    node.ctr("images", "rm", name)
+
+
+def test_a_machine_that_cannot_run_containers_is_told_what_is_missing() -> None:
+    # an unprivileged user is such a machine's view: no namespaces, cgroups or mounts
+    probe = (
+        "from agentrl.devcluster.node import host, realnode;"
+        "print(realnode.unavailable_message(host.missing_requirements()))"
+    )
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        # the package's own directory: the editable install's finder is not readable by nobody
+        env={**os.environ, "HOME": "/nonexistent", "PYTHONPATH": str(PACKAGE_ROOT)},
+    )
+    assert "root (the node creates a network namespace" in proc.stdout
+    assert "--real-nodes 0" in proc.stdout

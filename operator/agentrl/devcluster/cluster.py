@@ -7,6 +7,7 @@ port already in use is reported at once rather than hung on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -14,7 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,7 +349,31 @@ class LocalCluster:
         timeout: float,
     ) -> None:
         """Start real nodes 0..count-1 (those not running), stop any beyond, wait until each
-        is Ready with its pod CIDR, and run CoreDNS on node 0."""
+        is Ready with its pod CIDR, and run CoreDNS on node 0. Serialised by a lock: several
+        test sessions may bring up the same shared cluster at once."""
+        with self._nodes_lock():
+            self._up_real_nodes_locked(bins, count, echo=echo, timeout=timeout)
+
+    @contextlib.contextmanager
+    def _nodes_lock(self) -> Iterator[None]:
+        import fcntl
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / "nodes.lock").open("w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _up_real_nodes_locked(
+        self,
+        bins: binaries_mod.Binaries,
+        count: int,
+        *,
+        echo: Callable[[str], None],
+        timeout: float,
+    ) -> None:
         for node in self.real_nodes():
             if node.plan.index >= count:
                 node.stop()
@@ -652,8 +677,10 @@ class LocalCluster:
         """Stop every real node (removing what it made on the machine) and every component;
         returns the names that were running."""
         stopped = []
-        for node in reversed(self.real_nodes()):
-            stopped += node.stop()
+        if self.state_dir.exists():
+            with self._nodes_lock():
+                for node in reversed(self.real_nodes()):
+                    stopped += node.stop()
         for name in reversed(COMPONENTS):
             if self.procs.stop(name):
                 stopped.append(name)
