@@ -25,8 +25,9 @@ Commands:
     is ``{"error": message or null, "values": {dest: value}}``.
 ``convert``
     PAYLOAD is a list of ``{"struct": name, "body": {...}}``; each body is converted into that
-    io_struct type as the server would (``msgspec.convert``/the dataclass constructor). The
+    io_struct type as the server would. The
     answer names unknown keys, missing required fields and the conversion error, if any.
+    The conversion is FastAPI's: pydantic validation of the JSON body against the type.
 
 ``ServerArgs.from_cli_args`` is not called: it builds a ``ServerArgs``, whose ``__post_init__``
 needs an accelerator ("No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is
@@ -346,7 +347,7 @@ def parse(payload):
 
 
 def convert(payload):
-    import msgspec
+    from pydantic import TypeAdapter
     from sglang.srt.managers import io_struct
 
     out = []
@@ -356,10 +357,10 @@ def convert(payload):
         fields = _struct_fields(cls)
         error = None
         try:
-            if dataclasses.is_dataclass(cls):
-                cls(**{k: v for k, v in body.items() if k in fields})
-            else:
-                msgspec.convert(body, cls)
+            # What FastAPI does with the body: pydantic validation against the type (io_struct
+            # gives its msgspec structs a pydantic schema that ignores unknown keys, which is
+            # why they are reported apart).
+            TypeAdapter(cls).validate_json(json.dumps(body))
         except Exception as exc:  # the conversion error, whatever its type
             error = f"{type(exc).__name__}: {exc}"
         out.append(
