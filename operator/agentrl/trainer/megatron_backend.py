@@ -462,12 +462,21 @@ class MegatronBackend:
     # -- HF weights ------------------------------------------------------------------------
 
     def load_hf_weights(self, model_dir: Path) -> None:
-        """Fill this rank's parameters from the HF safetensors in ``model_dir``."""
-        from safetensors.torch import load_file
+        """Fill this rank's parameters from the HF safetensors in ``model_dir``, reading only
+        the tensors this rank's stage and experts need (every rank of a node reads at once:
+        whole files on each would hold the model once per rank in host memory)."""
+        from safetensors import safe_open
 
+        globals_ = [self.global_name(n) for n, _ in self.model.named_parameters()]
+        wanted = {k for g in globals_ for k in megatron_weights.hf_names(g)}
+        if "lm_head.weight" in wanted:
+            wanted.add("model.embed_tokens.weight")  # a tied model's output layer reads this
         state: dict[str, torch.Tensor] = {}
         for f in sorted(model_dir.glob("*.safetensors")):
-            state.update(load_file(str(f)))
+            with safe_open(str(f), framework="pt") as opened:
+                for key in opened.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    if key in wanted:
+                        state[key] = opened.get_tensor(key)
         params = dict(self.model.named_parameters())
         whole = megatron_weights.from_hf(state, [self.global_name(n) for n in params], self.hf)
         with torch.no_grad():
