@@ -303,6 +303,16 @@ INVALID: list[Case] = [
         "spec.trainer.checkpoint.volume",
     ),
     Case(
+        "an NCCL interface name longer than Linux allows",
+        spec({"trainer": {"network": {"ncclSocketIfname": "enp1s0f0np0-bond0"}}}),
+        "spec.trainer.network.ncclSocketIfname",
+    ),
+    Case(
+        "a gloo interface given as an exclusion",
+        spec({"trainer": {"network": {"glooSocketIfname": "^docker"}}}),
+        "spec.trainer.network.glooSocketIfname",
+    ),
+    Case(
         "a storage class that is not an object name",
         spec({"trainer": {"checkpoint": {"storageClassName": "fast ssd"}}}),
         "spec.trainer.checkpoint.storageClassName",

@@ -175,6 +175,8 @@ def test_the_checkpoint_volume_must_be_a_pvc_name() -> None:
         {"inference": {"nodeSelector": {"amd.com/gpu.product-name": "AMD_Instinct_MI355X"}}},
         {"inference": {"tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}]}},
         {"trainer": {"checkpoint": {"volume": "ckpt.v1", "storageClassName": "fast-ssd"}}},
+        {"trainer": {"network": {"ncclSocketIfname": "^docker,lo", "glooSocketIfname": "eth0"}}},
+        {"trainer": {"network": {"ncclSocketIfname": "=ens1f0", "glooSocketIfname": "a,b"}}},
     ],
     ids=lambda p: yaml.safe_dump(p, default_flow_style=True).strip(),
 )

@@ -171,14 +171,24 @@ class Checkpoint(ManifestModel):
     """StorageClass of that PVC (a DNS-1123 subdomain); unset uses the cluster default."""
 
 
+#: One Linux interface name: at most 15 characters (IFNAMSIZ 16 with the terminator), no
+#: ``/``, whitespace or ``,``.
+_IFNAME = r"[A-Za-z0-9_.:@-]{1,15}"
+_NCCL_IFNAMES = rf"^(\^=?|=)?{_IFNAME}(,{_IFNAME})*$"
+_GLOO_IFNAMES = rf"^{_IFNAME}(,{_IFNAME})*$"
+
+
 class NetworkSpec(ManifestModel):
     """Collective-communication network pinning."""
 
-    nccl_socket_ifname: str | None = Field(default=None, max_length=64)
+    nccl_socket_ifname: str | None = Field(default=None, max_length=64, pattern=_NCCL_IFNAMES)
     """``NCCL_SOCKET_IFNAME`` (RCCL reads the same): pin the NIC so weight sync never picks a
-    duplicate container address."""
-    gloo_socket_ifname: str | None = Field(default=None, max_length=64)
-    """``GLOO_SOCKET_IFNAME``."""
+    duplicate container address. Interface names (at most 15 characters, Linux's limit) or
+    prefixes, comma-separated, optionally after ``^`` (exclude) or ``=`` (exact), as NCCL
+    reads them."""
+    gloo_socket_ifname: str | None = Field(default=None, max_length=64, pattern=_GLOO_IFNAMES)
+    """``GLOO_SOCKET_IFNAME``: exact interface names, comma-separated (gloo takes no prefixes
+    or exclusions)."""
     ib_hca: str | None = Field(default=None, max_length=256)
     """``NCCL_IB_HCA``: RDMA devices to use."""
 
