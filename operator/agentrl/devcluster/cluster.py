@@ -386,13 +386,14 @@ class LocalCluster:
         for index in range(count):
             node = self.real_node(index)
             t0 = time.monotonic()
+            since = time.time() - 1  # the API's times have whole seconds
             try:
                 spent = node.start(bins, archives=archives, echo=echo, timeout=timeout)
             except RealNodeError as exc:
                 raise ClusterError(str(exc)) from exc
             self._wait(
                 f"real node {node.name} Ready",
-                lambda n=node: self._node_ready(bins, n.name),
+                lambda n=node, t=(since if spent else 0): self._node_ready(bins, n.name, t),
                 timeout,
                 node.plan.component("kubelet"),
             )
@@ -410,17 +411,20 @@ class LocalCluster:
             plan.component("kubelet"),
         )
 
-    def _node_ready(self, bins: binaries_mod.Binaries, name: str) -> bool:
-        out = self._kubectl(
-            bins,
-            "get",
-            "nodes",
-            "--ignore-not-found",
-            name,
-            "-o",
-            'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
-        )
-        return out.strip() == "True"
+    def _node_ready(self, bins: binaries_mod.Binaries, name: str, since: float = 0) -> bool:
+        """Whether node ``name`` is Ready, by a heartbeat at or after ``since`` (a restarted
+        node's object keeps its old Ready condition until the kubelet reports again)."""
+        import datetime
+
+        out = self._kubectl(bins, "get", "nodes", "--ignore-not-found", name, "-o", "json")
+        if not out.strip():
+            return False
+        for cond in json.loads(out).get("status", {}).get("conditions", []):
+            if cond.get("type") != "Ready" or cond.get("status") != "True":
+                continue
+            beat = datetime.datetime.fromisoformat(cond["lastHeartbeatTime"].replace("Z", "+00:00"))
+            return beat.timestamp() >= since
+        return False
 
     def _set_pod_cidr(self, bins: binaries_mod.Binaries, node: RealNode) -> None:
         """Record the node's pod /24 in ``spec.podCIDR`` (the node IPAM controller is off;
@@ -686,8 +690,11 @@ class LocalCluster:
                 stopped.append(name)
         return stopped
 
-    def delete(self) -> None:
-        """Stop everything and remove the state directory (certificates, etcd data)."""
+    def delete(self, *, keep_images: bool = False) -> None:
+        """Stop everything and remove the state directory (certificates, etcd data, real
+        nodes). ``keep_images``: keep each real node's containerd root (its image store, no
+        containers are left in it), so a fresh cluster of the same name does not import
+        gigabytes of images again (the test session's cluster starts fresh every time)."""
         import shutil
 
         self.down()
@@ -698,7 +705,24 @@ class LocalCluster:
                 f"cannot delete {self.state_dir}: still mounted: {', '.join(left)}; "
                 "unmount them (umount -l) and retry"
             )
-        shutil.rmtree(self.state_dir, ignore_errors=True)
+        if not keep_images:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            return
+        keep = {n.plan.containerd_dir / "root" for n in self.real_nodes()}
+
+        def prune(directory: Path) -> None:
+            for child in directory.iterdir():
+                if child in keep:
+                    continue
+                if any(child in k.parents for k in keep):
+                    prune(child)  # a directory above a kept root
+                elif child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
+        if self.state_dir.exists():
+            prune(self.state_dir)
 
     def status(self) -> dict[str, Any]:
         """A report of components, readiness and nodes."""

@@ -63,7 +63,7 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
     local = LocalCluster(TEST_CLUSTER_NAME, port=TEST_CLUSTER_PORT)
     if not local.apiserver_ready():
         # a fresh control plane: nothing a crashed earlier session left in etcd leaks in
-        local.delete()
+        local.delete(keep_images=True)
     # one real node (kubelet + containerd) beside the simulated ones, unless the machine
     # cannot run containers and AGENTRL_TEST_REAL_NODES=0 says to do without
     real_nodes = int(os.environ.get("AGENTRL_TEST_REAL_NODES", "1"))
