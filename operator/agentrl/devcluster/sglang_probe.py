@@ -318,6 +318,37 @@ def parsers(_payload):
     }
 
 
+def _flush_after_update():
+    """What SGLang does about the cache after a weight update: the structs' ``flush_cache``
+    default, and whether the scheduler asserts that the flush worked (read with ``ast`` from
+    the installed ``weight_updater``) — a flush that only works on an idle scheduler."""
+    import msgspec
+    from sglang.srt.managers import io_struct
+    from sglang.srt.managers import scheduler as scheduler_module
+    from sglang.srt.managers.scheduler_components import weight_updater
+
+    defaults = {
+        name: next(
+            f.default
+            for f in msgspec.structs.fields(getattr(io_struct, name))
+            if f.name == "flush_cache"
+        )
+        for name in ("UpdateWeightFromDiskReqInput", "UpdateWeightsFromDistributedReqInput")
+    }
+    with open(weight_updater.__file__, encoding="utf-8") as fh:
+        function = _function(ast.parse(fh.read()), "flush_cache_after_weight_update")
+    asserted = [
+        ast.unparse(node.test) for node in ast.walk(function) if isinstance(node, ast.Assert)
+    ]
+    with open(scheduler_module.__file__, encoding="utf-8") as fh:
+        flush = _function(ast.parse(fh.read()), "flush_cache")
+    only_idle = any(
+        isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "is_fully_idle"
+        for n in ast.walk(flush)
+    )
+    return {"defaults": defaults, "asserted": asserted, "flush_only_when_idle": only_idle}
+
+
 def describe(_payload):
     routes, structs = _routes()
     names = parsers(None)
@@ -330,6 +361,7 @@ def describe(_payload):
         "structs": structs,
         "metrics": _metrics(),
         "responses": _responses(),
+        "flush_after_update": _flush_after_update(),
     }
 
 

@@ -439,14 +439,21 @@ class EngineClient:
         *,
         weight_version: str | None = None,
         load_format: str | None = None,
+        flush_cache: bool | None = None,
         timeout: float = 600.0,
     ) -> UpdateWeightsResult:
-        """``POST /update_weights_from_disk``: load new weights from a path the engine sees."""
+        """``POST /update_weights_from_disk``: load new weights from a path the engine sees.
+
+        ``flush_cache=False`` while generation is paused in place: SGLang flushes after the
+        load by default and asserts the flush worked, which it cannot while requests are held
+        (its scheduler then dies)."""
         body: dict[str, Any] = {"model_path": model_path}
         if weight_version is not None:
             body["weight_version"] = weight_version
         if load_format is not None:
             body["load_format"] = load_format
+        if flush_cache is not None:
+            body["flush_cache"] = flush_cache
         result = UpdateWeightsResult.model_validate(
             await self._request_json(
                 "POST", "/update_weights_from_disk", json_body=body, timeout=timeout
@@ -488,9 +495,11 @@ class EngineClient:
         shapes: list[list[int]],
         group_name: str,
         weight_version: str | None = None,
+        flush_cache: bool | None = None,
         timeout: float = 600.0,
     ) -> UpdateWeightsResult:
-        """``POST /update_weights_from_distributed``: receive the named tensors by broadcast."""
+        """``POST /update_weights_from_distributed``: receive the named tensors by broadcast
+        (``flush_cache`` as for :meth:`update_weights_from_disk`)."""
         body: dict[str, Any] = {
             "names": names,
             "dtypes": dtypes,
@@ -499,15 +508,25 @@ class EngineClient:
         }
         if weight_version is not None:
             body["weight_version"] = weight_version
+        if flush_cache is not None:
+            body["flush_cache"] = flush_cache
         return UpdateWeightsResult.model_validate(
             await self._request_json(
                 "POST", "/update_weights_from_distributed", json_body=body, timeout=timeout
             )
         )
 
-    async def flush_cache(self, *, timeout: float = 60.0) -> None:
-        """``POST /flush_cache``: drop the prefix cache (stale after a weight update)."""
-        await self._request_text("POST", "/flush_cache", timeout=timeout)
+    async def flush_cache(self, *, timeout: float = 60.0) -> bool:
+        """``POST /flush_cache``: drop the prefix cache (stale after a weight update). False
+        when SGLang refuses because requests are queued or running (it answers 400 and keeps
+        the cache; nothing is wrong with the engine)."""
+        try:
+            await self._request_text("POST", "/flush_cache", timeout=timeout)
+        except EngineRequestError as exc:
+            if exc.status == 400:
+                return False
+            raise
+        return True
 
     async def pause_generation(
         self, *, mode: Literal["abort", "retract", "in_place"] = "retract", timeout: float = 60.0

@@ -351,6 +351,19 @@ class TinyEngine:
 
     # -- weights -----------------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """No request queued or running (paused in place ones included): SGLang's scheduler
+        flushes its cache only then (``Scheduler.flush_cache``, ``is_fully_idle``)."""
+        return not (self.queue or self.running)
+
+    def cache_flush_refused(self) -> str:
+        """SGLang's words when it will not flush a busy cache."""
+        return (
+            "Cache not flushed because there are pending requests. "
+            f"#queue-req: {len(self.queue)}, #running-req: {len(self.running)}"
+        )
+
     def load_weights(self, path: str, weight_version: str | None) -> None:
         new = tiny.load_policy(path)
         if new.config != self.model.config:
@@ -372,6 +385,10 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 # HTTP routes
 
 ENGINE_KEY: web.AppKey[TinyEngine] = web.AppKey("engine", TinyEngine)
+
+#: The assertion SGLang's scheduler fails when a weight update's flush meets held requests
+#: (``WeightUpdater.flush_cache_after_weight_update``).
+FLUSH_AFTER_UPDATE_FAILED = "Cache flush failed after updating weights"
 
 
 def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small handler per route
@@ -460,6 +477,11 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
             return web.json_response(
                 {"success": False, "message": str(exc), "num_paused_requests": 0}, status=400
             )
+        if body.get("flush_cache", True) and not engine.idle:
+            # SGLang 0.5.15 flushes after loading unless told not to, and asserts that the
+            # flush worked: with requests held (paused in place) its scheduler dies.
+            engine.write_line(f"AssertionError: {FLUSH_AFTER_UPDATE_FAILED}")
+            raise web.HTTPInternalServerError(text=FLUSH_AFTER_UPDATE_FAILED)
         log.info("weights loaded from %s (version %s)", path, engine.weight_version)
         return web.json_response(
             {
@@ -471,6 +493,8 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
 
     async def flush_cache(_: web.Request) -> web.Response:
         await engine.guard()
+        if not engine.idle:  # SGLang answers 400 and keeps the cache
+            return web.Response(status=400, text=engine.cache_flush_refused() + "\n")
         return web.Response(text="Cache flushed.\n")
 
     async def pause(request: web.Request) -> web.Response:

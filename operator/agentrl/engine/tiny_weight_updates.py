@@ -113,6 +113,11 @@ def add_routes(app: web.Application, engine: Any) -> None:
         except (RuntimeError, ValueError) as exc:
             return web.json_response({"success": False, "message": str(exc)}, status=400)
         engine.weight_version = body.weight_version or engine.weight_version
+        if body.flush_cache and not engine.idle:
+            # as on /update_weights_from_disk: SGLang's scheduler asserts the flush worked
+            message = "Cache flush failed after updating weights"
+            engine.write_line(f"AssertionError: {message} ({engine.cache_flush_refused()})")
+            raise web.HTTPInternalServerError(text=message)
         log.info("weights received by broadcast (version %s)", engine.weight_version)
         return web.json_response({"success": True, "message": "Succeeded to update parameter."})
 

@@ -4,8 +4,11 @@
 records them in ``current-weights.json`` (:mod:`agentrl.engine.weight_pointer`, which the
 watchdog reads to re-push after a restart), then, on every engine at once: pause generation
 (``in_place``: running requests keep their state and continue under the new weights), ``POST
-/update_weights_from_disk``, ``/flush_cache`` (the prefix cache holds KV of the old weights),
-continue generation.
+/update_weights_from_disk`` with ``flush_cache: false``, ``/flush_cache`` (the prefix cache
+holds KV of the old weights), continue generation. SGLang flushes only an idle cache: with
+requests held in place the flush is refused (400, not an error: those requests continue on
+their KV), and an update asking for its default flush would fail SGLang's assertion and kill the
+engine's scheduler, hence ``flush_cache: false`` on the update itself.
 
 ``distributed`` (:class:`DistributedWeightSync`): the trainer (rank 0) and every engine rank
 join one broadcast group (:mod:`agentrl.engine.weight_group`; ``/init_weights_update_group`` on
@@ -140,10 +143,10 @@ class DiskWeightSync:
             await client.pause_generation(mode="in_place")
             try:
                 result = await client.update_weights_from_disk(
-                    str(path), weight_version=str(version)
+                    str(path), weight_version=str(version), flush_cache=False
                 )
-                if result.success:
-                    await client.flush_cache()
+                if result.success and not await client.flush_cache():
+                    log.debug("%s kept its prefix cache: requests are held", client.base_url)
             finally:
                 await client.continue_generation()
         except EngineError as exc:
@@ -350,6 +353,7 @@ class DistributedWeightSync:
                     shapes=shapes,
                     group_name=self.group_name,
                     weight_version=str(version),
+                    flush_cache=False,  # paused in place (see the module docstring)
                     timeout=self.timeout_seconds,
                 )
                 for c in self.clients
@@ -361,8 +365,11 @@ class DistributedWeightSync:
             await asyncio.to_thread(_drain, items)
             for c in self.clients:
                 try:
-                    await c.flush_cache()
-                    await c.continue_generation()
+                    await c.flush_cache()  # refused (False) while requests are held
+                except EngineError as exc:
+                    log.warning("could not flush %s after a push: %s", c.base_url, exc)
+                try:
+                    await c.continue_generation()  # always: a paused engine serves nothing
                 except EngineError as exc:
                     log.warning("could not resume %s after a push: %s", c.base_url, exc)
         failed = []
