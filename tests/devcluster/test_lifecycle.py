@@ -3,6 +3,7 @@ a port in use is reported at once, bad flags get clear errors."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -81,10 +82,19 @@ def test_up_twice_is_safe_and_down_leaves_no_process_or_port() -> None:
         assert LocalCluster(name).running() == pids  # the same processes, nothing restarted
         status = _invoke("status", "--name", name)
         assert status.exit_code == 0 and "ready" in status.output
+        # the default real node, with its processes
+        assert "real node real-0: Ready" in status.output
+        report = json.loads(_invoke("status", "--name", name, "--json").output)
+        (node,) = report["real_nodes"]
+        assert node["ready"] is True and node["registered_pod_cidr"] == "10.244.128.0/24"
+        assert all(node["processes"].values())
+        env = _invoke("env", "--name", name).output
+        assert f"CONTAINERD_ADDRESS={node['containerd_socket']}" in env
     finally:
         down = _invoke("down", "--name", name, "--purge")
     assert down.exit_code == 0
     assert all(pid is None for pid in LocalCluster(name).running().values())
+    assert not LocalCluster(name).real_nodes()  # purged with the state
     for port in range(LIFECYCLE_PORT, LIFECYCLE_PORT + 6):
         assert port_free(port), f"port {port} still taken after down"
     status = _invoke("status", "--name", name)
