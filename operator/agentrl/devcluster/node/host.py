@@ -185,6 +185,18 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def shims_of(socket: Path) -> set[int]:
+    """containerd shims started by the containerd listening on ``socket`` (each names it with
+    ``-address``); they outlive containerd."""
+    found = set()
+    for pid in processes_mentioning(str(socket)):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if Path(argv[0].decode(errors="replace")).name.startswith("containerd-shim"):
+                found.add(pid)
+    return found
+
+
 def processes_mentioning(needle: str) -> set[int]:
     """Pids whose command line contains ``needle`` (a path unique to one node)."""
     found = set()

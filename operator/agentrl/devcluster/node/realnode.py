@@ -245,7 +245,7 @@ class RealNode:
         if self.procs.stop(containerd):
             stopped.append(containerd)
         # shims outlive containerd; each names our socket in its command line
-        host.kill_pids(host.processes_mentioning(str(p.containerd_dir)))
+        host.kill_pids(host.shims_of(p.containerd_socket))
         host.unmount_all(p.dir)
         # the CRI's per-sandbox and per-container directories of what was just removed
         cri = p.containerd_dir / "root" / "io.containerd.grpc.v1.cri"
