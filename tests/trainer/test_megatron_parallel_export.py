@@ -1,12 +1,14 @@
 """Weight export and the distributed weight push of the megatron backend with pipeline and
-expert parallelism, on CPU: gloo ranks spawned on loopback, megatron-core's real
-``parallel_state`` groups, a tiny Qwen3-MoE-style GPT (local layer spec, ``SequentialMLP``
-experts: no grouped GEMM, no Transformer Engine).
+expert parallelism (and tensor parallelism, whose gathered shapes the push announces), on CPU:
+gloo ranks spawned on loopback, megatron-core's real ``parallel_state`` groups, a tiny
+Qwen3-MoE-style GPT (local layer spec, ``SequentialMLP`` experts: no grouped GEMM, no
+Transformer Engine).
 
 The unsharded model is the HF state dict this test writes from a seeded generator; every rank
-loads its shard of it (its pipeline stage's layers, its expert-parallel rank's experts). What
-comes back — the safetensors files the ranks export, and what an engine holds after a
-distributed push — must be that state dict: the same names, every tensor ``torch.equal``.
+loads its shard of it (its pipeline stage's layers, its expert-parallel rank's experts, its
+tensor-parallel piece). What comes back — the safetensors files the ranks export, and what an
+engine holds after a distributed push — must be that state dict: the same names, every tensor
+``torch.equal``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tests.trainer import megatron_ranks
 
 pytestmark = pytest.mark.slow  # spawns ranks that import megatron-core
 
-LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, EXPERT_FFN, VOCAB = 2, 8, 2, 1, 4, 4, 6, 32
+LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, EXPERT_FFN, VOCAB = 2, 8, 4, 2, 4, 4, 6, 32
 CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"],
     "num_hidden_layers": LAYERS,
@@ -96,8 +98,11 @@ def _same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> list[s
         # pp2 × ep2 (data-parallel 2 per stage): every rank owns the experts of its stage and
         # expert-parallel rank; ranks 0 and 2 also own their stage's dense part.
         (4, {"pipeline": 2, "expert": 2}, 4),
+        # tp2: one owner (tensor-parallel rank 0) gathers both halves of every sharded tensor,
+        # the experts' included (expert tensor parallelism is the tensor-parallel size).
+        (2, {"tensor": 2}, 1),
     ],
-    ids=["pp2", "ep2", "pp2-ep2"],
+    ids=["pp2", "ep2", "pp2-ep2", "tp2"],
 )
 def test_export_and_push_return_the_unsharded_models_tensors(
     tmp_path: Path, world: int, parallelism: dict[str, int], writers: int
