@@ -20,6 +20,8 @@ Commands:
 ``parsers``
     Only the version and the two parser-name lists (what ``agentrl.api.sglang_parsers``
     commits).
+``mentions``
+    PAYLOAD is a list of strings; for each, the installed source files quoting it.
 ``parse``
     PAYLOAD is a list of argument lists; each is parsed by SGLang's parser. The answer per list
     is ``{"error": message or null, "values": {dest: value}}``.
@@ -405,7 +407,37 @@ def convert(payload):
     return out
 
 
-COMMANDS = {"describe": describe, "parsers": parsers, "parse": parse, "convert": convert}
+def mentions(payload):
+    """For each string of ``payload``: where the installed sglang reads it as an environment
+    variable: source files quoting it (``os.getenv("NAME")``), and ``sglang.srt.environ.Envs``
+    when that declares it (``NAME = EnvBool(...)``, read by its attribute name)."""
+    import pathlib
+
+    import sglang
+    from sglang.srt.environ import Envs
+
+    root = pathlib.Path(sglang.__file__).parent
+    sources = {p: p.read_text(encoding="utf-8", errors="replace") for p in root.rglob("*.py")}
+    out = {}
+    for name in payload:
+        quoted = (f'"{name}"', f"'{name}'")
+        out[name] = sorted(
+            str(p.relative_to(root.parent))
+            for p, text in sources.items()
+            if any(q in text for q in quoted)
+        )
+        if name in vars(Envs):
+            out[name].append("sglang.srt.environ.Envs")
+    return out
+
+
+COMMANDS = {
+    "describe": describe,
+    "parsers": parsers,
+    "parse": parse,
+    "convert": convert,
+    "mentions": mentions,
+}
 
 if __name__ == "__main__":
     import contextlib
