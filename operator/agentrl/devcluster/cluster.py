@@ -398,6 +398,9 @@ class LocalCluster:
                 node.plan.component("kubelet"),
             )
             self._set_pod_cidr(bins, node)
+            # the kubelet sets its --node-labels only when it registers: keep them current
+            labels = [f"{k}={v}" for k, v in sorted(node_config.REAL_NODE_LABELS.items())]
+            self._kubectl(bins, "label", "node", node.name, "--overwrite", *labels)
             if spent:
                 echo(f"real node {node.name} Ready in {time.monotonic() - t0:.1f}s")
         plan = self.node_plan(0)

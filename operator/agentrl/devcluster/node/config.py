@@ -33,9 +33,12 @@ KUBELET_PORT = 10250
 #: Taint keeping pods off the real node unless they ask for it (the control-plane tests'
 #: pods are simulated: they must keep landing on kwok nodes).
 REAL_NODE_TAINT = {"key": "agentrl.dev/real-node", "value": "true", "effect": "NoSchedule"}
+#: Labels of a real node. Its pool is not the simulated CPU nodes' ``sandbox`` pool: jobs (and
+#: tests) that select ``agentrl.dev/node-pool: sandbox`` without tolerating the taint count
+#: those nodes, and a DaemonSet there must not wait for a node it cannot run on.
 REAL_NODE_LABELS = {
     "agentrl.dev/real-node": "true",
-    "agentrl.dev/node-pool": "sandbox",
+    "agentrl.dev/node-pool": "real",
     "node.kubernetes.io/instance-type": "local-real",
 }
 
