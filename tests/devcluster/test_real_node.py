@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agentrl.devcluster.cli import dev
 from agentrl.devcluster.node import artifacts, config, oci
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 
@@ -298,6 +300,12 @@ def test_load_imports_a_new_archive_once_and_a_pod_runs_it(
     assert cluster.local.load([artifacts.BUSYBOX.archive]) == []
     assert cluster.local.load([archive]) == [archive]
     assert cluster.local.load([archive]) == []  # same digest: skipped
+    # the same through the command line
+    result = CliRunner().invoke(
+        dev, ["cluster", "load", "--name", cluster.local.name, str(archive)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "imported 0 archive(s), 1 already present" in result.output
     node = cluster.local.real_node(0)
     assert node.images()[name] == digest
     pod = _pod("loaded", "cat /token; exec sleep 3600")
@@ -307,7 +315,9 @@ def test_load_imports_a_new_archive_once_and_a_pod_runs_it(
     logs = wait_for(lambda: kubectl.run("logs", "loaded").stdout.strip(), what="its output")
     assert logs == token
     kubectl.run("delete", "pod", "loaded", "--wait=true")
-    node.ctr("images", "rm", name)
+    # the image and the CRI's own reference to it (by config digest)
+    refs = [ref for ref, target in node.images().items() if target == digest]
+    node.ctr("images", "rm", *refs)
 
 
 def test_a_machine_that_cannot_run_containers_is_told_what_is_missing() -> None:
