@@ -278,6 +278,11 @@ INVALID: list[Case] = [
         "spec.inference.extraArgs",
     ),
     Case(
+        "the decode graph backend set to disabled",
+        spec({"inference": {"extraArgs": ["--cuda-graph-backend-decode", "disabled"]}}),
+        "spec.inference.extraArgs",
+    ),
+    Case(
         "an engine --config file",
         spec({"inference": {"extraArgs": ["--config", "/etc/sglang.yaml"]}}),
         "spec.inference.extraArgs",

@@ -119,6 +119,30 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
         "throughput); remove it from extraArgs",
     ),
     (
+        {"inference": {"extraArgs": ["--disable-decode-cuda"]}},
+        "spec.inference.extraArgs",
+        "extraArgs entry --disable-decode-cuda turns decode graphs off: HIP graphs stay on "
+        "(disabling them halves throughput); remove it from extraArgs",
+    ),
+    (
+        {"inference": {"extraArgs": ["--log-requests", "--cuda-graph-backend-decode=disabled"]}},
+        "spec.inference.extraArgs",
+        "extraArgs entry --cuda-graph-backend-decode=disabled turns decode graphs off: HIP graphs "
+        "stay on (disabling them halves throughput); remove it from extraArgs",
+    ),
+    (
+        {"inference": {"extraArgs": ["--cuda-graph-backend-d", "disabled"]}},
+        "spec.inference.extraArgs",
+        "extraArgs entry --cuda-graph-backend-d turns decode graphs off: HIP graphs stay on "
+        "(disabling them halves throughput); remove it from extraArgs",
+    ),
+    (
+        {"inference": {"extraArgs": ["--cuda-graph-config", "{}"]}},
+        "spec.inference.extraArgs",
+        "extraArgs entry --cuda-graph-config turns decode graphs off: HIP graphs stay on "
+        "(disabling them halves throughput); remove it from extraArgs",
+    ),
+    (
         {"inference": {"extraArgs": ["--conf", "/etc/sglang.yaml"]}},
         "spec.inference.extraArgs",
         "extraArgs may not name a --config file: it could disable HIP graphs or set flags "
@@ -172,6 +196,9 @@ def test_the_checkpoint_volume_must_be_a_pvc_name() -> None:
         {"inference": {"extraArgs": ["--enable-metrics-for-all-schedulers", "--log-requests"]}},
         {"inference": {"extraArgs": ["--max-prefill-tokens=16384", "--schedule-policy", "lpm"]}},
         {"inference": {"extraArgs": ["--disable-radix-cache", "--portal", "-v", "30000"]}},
+        # a decode backend other than disabled; prefill graphs may be switched off
+        {"inference": {"extraArgs": ["--cuda-graph-backend-decode=full"]}},
+        {"inference": {"extraArgs": ["--disable-piecewise-cuda-graph"]}},
         {"inference": {"nodeSelector": {"amd.com/gpu.product-name": "AMD_Instinct_MI355X"}}},
         {"inference": {"tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}]}},
         {"trainer": {"checkpoint": {"volume": "ckpt.v1", "storageClassName": "fast-ssd"}}},

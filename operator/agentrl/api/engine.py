@@ -181,6 +181,59 @@ _CEL_MANAGED_MESSAGE = let(
 CONFIG_FLAG_MIN_PREFIX = "--conf"
 
 
+#: SGLang 0.5.15's other ways to turn decode graphs off (``--disable-cuda-graph`` is a deprecated
+#: umbrella for them there; found by the contract test against its parser, see
+#: ``agentrl.reconcile.engine_flags``), each with the shortest abbreviation argparse expands to
+#: it alone: flags that do it outright (or, ``--cuda-graph-config``, a JSON graph configuration
+#: that could carry it out of sight), and the decode backend flag, whose value ``disabled`` does.
+DECODE_GRAPH_OFF_FLAGS: dict[str, str] = {
+    "--disable-decode-cuda-graph": "--disable-d",
+    "--cuda-graph-config": "--cuda-graph-c",
+}
+DECODE_GRAPH_BACKEND_FLAG = ("--cuda-graph-backend-decode", "--cuda-graph-backend-d")
+
+
+def _spells(name: str, flag: str, shortest: str) -> bool:
+    return len(name) >= len(shortest) and flag.startswith(name)
+
+
+def turns_decode_graphs_off(arg: str, args: list[str]) -> bool:
+    """``arg`` (an entry of ``args``) turns decode graphs off: one of
+    :data:`DECODE_GRAPH_OFF_FLAGS` in any spelling, or the decode backend set to ``disabled``
+    (``=disabled``, or without ``=`` while some entry is ``disabled``: which value follows which
+    flag is not checked, so that spelling is refused whenever ``disabled`` appears)."""
+    name = flag_name(arg)
+    if name is None:
+        return False
+    if any(_spells(name, f, short) for f, short in DECODE_GRAPH_OFF_FLAGS.items()):
+        return True
+    if not _spells(name, *DECODE_GRAPH_BACKEND_FLAG):
+        return False
+    return arg.endswith("=disabled") or ("=" not in arg and "disabled" in args)
+
+
+def _decode_graph_message(s: InferenceSpec) -> str:
+    first = next(a for a in s.extra_args if turns_decode_graphs_off(a, s.extra_args))
+    return (
+        f"extraArgs entry {first} turns decode graphs off: HIP graphs stay on (disabling them "
+        "halves throughput); remove it from extraArgs"
+    )
+
+
+_CEL_DECODE_OFF = let(
+    "n",
+    "a.split('=')[0]",
+    "a.startsWith('--') && ("
+    + " || ".join(
+        f"(n.size() >= {len(short)} && {_cel_string(f)}.startsWith(n))"
+        for f, short in DECODE_GRAPH_OFF_FLAGS.items()
+    )
+    + f" || (n.size() >= {len(DECODE_GRAPH_BACKEND_FLAG[1])} && "
+    + f"{_cel_string(DECODE_GRAPH_BACKEND_FLAG[0])}.startsWith(n) && (a.endsWith('=disabled') "
+    + "|| (!a.contains('=') && 'disabled' in self.extraArgs))))",
+)
+
+
 def sets_config_file(arg: str) -> bool:
     """``--config FILE`` in any spelling: the file could disable graphs or set managed flags
     out of sight."""
@@ -349,6 +402,19 @@ class InferenceSpec(ManifestModel):
                 "extraArgs may not name a --config file: it could disable HIP graphs or set "
                 "flags the spec owns out of sight; put its flags in extraArgs"
             ),
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel=f"!self.extraArgs.exists(a, {_CEL_DECODE_OFF})",
+            message_expression=let(
+                "e",
+                f"self.extraArgs.filter(a, {_CEL_DECODE_OFF})[0]",
+                "'extraArgs entry %s turns decode graphs off: HIP graphs stay on (disabling "
+                "them halves throughput); remove it from extraArgs'.format([e])",
+            ),
+            field_path=".extraArgs",
+            check=lambda s: not any(turns_decode_graphs_off(a, s.extra_args) for a in s.extra_args),
+            message=_decode_graph_message,
             reason="FieldValueForbidden",
         ),
         Rule(
