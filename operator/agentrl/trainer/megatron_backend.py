@@ -27,12 +27,18 @@ What it is made of:
   so later updates are off-policy and the clip fraction means something.
 * **Checkpoints** — ``torch_dist`` through ``megatron.core.dist_checkpointing`` (model, optimizer
   and the step counter in one directory; reshardable across TP/PP/DP).
+* **Weights out** — :mod:`agentrl.trainer.megatron_export`: every parameter has one owner
+  rank; the owners write HF safetensors shards plus their index (:meth:`export_weights`), or
+  stream their tensors to rank 0 for a distributed push (:meth:`named_tensors`), whatever the
+  pipeline, expert and tensor parallel sizes.
 
 Every rank runs the same calls: rank 0 (the driver) announces each call to the other ranks
 (:meth:`MegatronBackend.follow` runs there) with ``broadcast_object_list``.
 
 What a host without a GPU can do (the CPU tests): build the model, convert weights, compute token
-logprobs and the loss from logits, save and load checkpoints. It cannot step: megatron-core
+logprobs and the loss from logits, save and load checkpoints, export and push weights at any
+parallel layout (MoE layers then use megatron's all-gather token dispatcher: the all-to-all
+one makes a CUDA stream when it is built). It cannot step: megatron-core
 0.16's forward (rotary embeddings, attention masks) and its DDP grad buffers call
 ``torch.cuda.current_device()`` unconditionally, so :meth:`MegatronBackend.train_step` needs a
 GPU (``bench/device/megatron_one_step.py`` runs one). Likewise its ``torch_dist`` writer stages
