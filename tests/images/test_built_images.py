@@ -153,6 +153,14 @@ def test_agentrl_imports_and_its_cli_answers_as_the_images_user(ctr: builder.Con
 
 
 @WITH_AGENTRL
+def test_every_requirement_of_agentrl_is_installed(ctr: builder.Container) -> None:
+    # agentrl itself goes in with --no-deps after its dependency layer: pip's own check says
+    # whether that layer left anything of its metadata's requirements out
+    out = _ok(ctr, ["python3", "-m", "pip", "check"])
+    assert "No broken requirements found." in out
+
+
+@WITH_AGENTRL
 def test_the_entrypoint_command_exists_in_the_image(ctr: builder.Container) -> None:
     entrypoint = parse(IMAGES / ctr.image.name / "Dockerfile").entrypoint()
     out = _ok(ctr, [*entrypoint, "--help"])

@@ -5,10 +5,13 @@ image's contract with sandbox pods, and the local builder's cache keys and stamp
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -252,7 +255,49 @@ def test_the_trainer_base_is_no_longer_the_python_3_10_megatron_image() -> None:
     base = dockerfile("rocm-trainer").stages[0].base
     assert "py310" not in base and "megatron-lm" not in base
     # megatron-core comes from PyPI through the project's megatron extra
-    assert ".[training,ray,megatron,hf]" in (IMAGES / "rocm-trainer" / "Dockerfile").read_text()
+    assert (
+        "('training', 'ray', 'megatron', 'hf')"
+        in (IMAGES / "rocm-trainer" / "Dockerfile").read_text()
+    )
+
+
+#: image -> the extras whose requirements its dependency layer installs
+EXTRAS = {
+    "operator": (),
+    "rocm-trainer": ("training", "ray", "megatron", "hf"),
+    "sglang-engine": (),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRAS))
+def test_the_dependency_layer_installs_the_projects_requirements_then_agentrl_alone(
+    name: str, tmp_path: Path
+) -> None:
+    stage = dockerfile(name).stages[0]
+    keywords = [(i.keyword, i.args) for i in stage.instructions]
+    runs = [args for keyword, args in keywords if keyword == "RUN"]
+    copy_code = keywords.index(("COPY", "operator/ ./operator/"))
+    # the requirements are installed before the code is copied, agentrl after it, alone
+    deps_run = next(i for i, (k, a) in enumerate(keywords) if k == "RUN" and "--requirement" in a)
+    assert deps_run < copy_code
+    assert "pip install --no-deps ." in runs[-1]
+    # the Dockerfile's own snippet (inside the shell's double quotes `\n` stays as written),
+    # run here, lists exactly the requirements of pyproject.toml
+    snippet = re.search(r'python3 -c "(.*?)" > /tmp/requirements.txt', runs[-2])
+    assert snippet, runs[-2]
+    (tmp_path / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
+    out = subprocess.run(
+        [sys.executable, "-c", snippet.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    expected = list(project["dependencies"])
+    for extra in EXTRAS[name]:
+        expected += project["optional-dependencies"][extra]
+    assert out.splitlines() == expected
 
 
 def test_the_torch_layer_pins_the_builders_torch_on_the_debian_base() -> None:
@@ -367,3 +412,58 @@ def test_the_image_references_are_local_and_carry_the_project_version() -> None:
         assert image.ref == f"localhost/agentrl/{name}:{version}"
     assert builder.IMAGES["operator"].ref == builder.OPERATOR_IMAGE
     assert builder.IMAGES["sandbox"].ref == builder.SANDBOX_IMAGE
+
+
+def _put(layout: Path, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    (layout / "blobs" / "sha256" / digest).write_bytes(data)
+    return f"sha256:{digest}"
+
+
+def _image(layout: Path, layers: list[bytes], config: bytes, ref: str) -> dict[str, object]:
+    manifest = {
+        "schemaVersion": 2,
+        "config": {"digest": _put(layout, config)},
+        "layers": [{"digest": _put(layout, layer)} for layer in layers],
+    }
+    return {
+        "digest": _put(layout, json.dumps(manifest).encode()),
+        "annotations": {"org.opencontainers.image.ref.name": ref},
+    }
+
+
+def test_an_archive_holds_one_image_of_the_shared_layout_and_pruning_keeps_shared_blobs(
+    tmp_path: Path,
+) -> None:
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    shared, own_a, own_b = b"torch layer", b"trainer layer", b"engine layer"
+    a = _image(layout, [shared, own_a], b"config a", "localhost/agentrl/a:1")
+    b = _image(layout, [shared, own_b], b"config b", "localhost/agentrl/b:1")
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [a, b]}))
+
+    target = tmp_path / "a.oci.tar"
+    builder.write_archive(layout, "localhost/agentrl/a:1", target)
+    with tarfile.open(target) as archive:
+        names = archive.getnames()
+        member = archive.extractfile("index.json")
+        assert member is not None
+        index = json.load(member)
+    blobs = [shared, own_a, b"config a"]
+    expected = {"blobs/sha256/" + hashlib.sha256(data).hexdigest() for data in blobs}
+    expected.add("blobs/sha256/" + str(a["digest"]).split(":")[1])
+    assert set(names) == {"oci-layout", "index.json", *expected}
+    assert index["manifests"] == [a]
+    with pytest.raises(builder.ImageError, match="0 images named"):
+        builder.write_archive(layout, "localhost/agentrl/c:1", tmp_path / "c.tar")
+
+    # image a was replaced by a new build under another digest: only its own blobs go
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [b]}))
+    builder.prune_layout(layout)
+    left = {p.name for p in (layout / "blobs" / "sha256").iterdir()}
+    assert hashlib.sha256(shared).hexdigest() in left
+    assert hashlib.sha256(own_b).hexdigest() in left
+    assert hashlib.sha256(own_a).hexdigest() not in left
+    assert hashlib.sha256(b"config a").hexdigest() not in left

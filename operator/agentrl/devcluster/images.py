@@ -25,14 +25,17 @@ arguments and the base's own key), so an edit to any of those makes the image ou
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import fnmatch
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -391,6 +394,12 @@ def host_ca_bundle() -> Path | None:
     return None
 
 
+def storage_spec() -> str:
+    """Our storage as a ``containers-storage:`` transport prefix, ``[driver@root+runroot]``."""
+    root = storage_dir()
+    return f"[overlay@{root / 'storage'}+{root / 'run'}]"
+
+
 def buildah_argv(*args: str) -> list[str]:
     """A buildah command line on this project's own storage (overlay, as root)."""
     root = storage_dir()
@@ -588,20 +597,27 @@ def build_image(run: Runner, image: Image) -> None:
     out = images_dir()
     out.mkdir(parents=True, exist_ok=True)
     image.stamp.unlink(missing_ok=True)
-    partial = out / f".{image.name}.oci.tar.partial"
-    partial.unlink(missing_ok=True)
-    # Uncompressed layers: gzip of the torch layers costs minutes on 2 cores, and containerd
-    # imports either form.
+    # Copied into one OCI layout shared by every image first, with uncompressed layers, by
+    # skopeo: a layer is named by its content (its diff id), so one already there (the torch
+    # layers under the trainer and the engine, the Debian base) is not written again, and
+    # nothing is gzipped (`buildah push` gzips even with --disable-compression: minutes per torch
+    # layer on 2 cores; containerd imports either form). The archive is then a plain copy of
+    # the image's own blobs out of that layout, and blobs no image names any more are dropped.
+    layout = layout_dir()
     run(
-        buildah_argv(
-            "push",
+        [
+            "skopeo",
+            "copy",
             "--quiet",
-            "--disable-compression",
-            image.ref,
-            f"oci-archive:{partial}:{image.ref}",
-        )
+            "--dest-oci-accept-uncompressed-layers",
+            f"containers-storage:{storage_spec()}{image.ref}",
+            f"oci:{layout}:{image.ref}",
+        ]
     )
+    partial = out / f".{image.name}.oci.tar.partial"
+    write_archive(layout, image.ref, partial)
     partial.replace(image.archive)
+    prune_layout(layout)
     stamp = {
         "name": image.name,
         "ref": image.ref,
@@ -615,8 +631,70 @@ def build_image(run: Runner, image: Image) -> None:
     image.stamp.write_text(json.dumps(stamp, indent=2) + "\n")
 
 
+def layout_dir() -> Path:
+    """The OCI image layout every built image is copied into (blobs shared between images)."""
+    return work_dir() / "oci-layout"
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algorithm, _, hexdigest = digest.partition(":")
+    return layout / "blobs" / algorithm / hexdigest
+
+
+def _manifests(layout: Path) -> list[dict[str, object]]:
+    index = json.loads((layout / "index.json").read_text())
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    return [m for m in manifests if isinstance(m, dict)] if isinstance(manifests, list) else []
+
+
+def _ref_name(descriptor: dict[str, object]) -> str | None:
+    annotations = descriptor.get("annotations")
+    if isinstance(annotations, dict):
+        value = annotations.get("org.opencontainers.image.ref.name")
+        return str(value) if value is not None else None
+    return None
+
+
+def _image_blobs(layout: Path, descriptor: dict[str, object]) -> list[str]:
+    """The digests of an image's manifest, its config and its layers."""
+    digest = str(descriptor["digest"])
+    manifest = json.loads(_blob(layout, digest).read_text())
+    layers = [str(layer["digest"]) for layer in manifest["layers"]]
+    return [digest, str(manifest["config"]["digest"]), *layers]
+
+
+def write_archive(layout: Path, ref: str, target: Path) -> None:
+    """An OCI archive (the tar form of a layout, as ``oci-archive:`` writes it) holding only
+    the image ``ref`` of ``layout``."""
+    found = [m for m in _manifests(layout) if _ref_name(m) == ref]
+    if len(found) != 1:
+        raise ImageError(f"{layout} holds {len(found)} images named {ref}, not one")
+    index = json.dumps({"schemaVersion": 2, "manifests": found}).encode()
+    with tarfile.open(target, "w") as archive:
+        archive.add(layout / "oci-layout", arcname="oci-layout")
+        info = tarfile.TarInfo("index.json")
+        info.size = len(index)
+        archive.addfile(info, io.BytesIO(index))
+        for digest in dict.fromkeys(_image_blobs(layout, found[0])):
+            algorithm, _, hexdigest = digest.partition(":")
+            archive.add(_blob(layout, digest), arcname=f"blobs/{algorithm}/{hexdigest}")
+
+
+def prune_layout(layout: Path) -> None:
+    """Delete the blobs no image of the layout names any more (those of earlier builds)."""
+    keep = {d for m in _manifests(layout) for d in _image_blobs(layout, m)}
+    for path in (layout / "blobs").glob("*/*"):
+        if f"{path.parent.name}:{path.name}" not in keep:
+            path.unlink()
+
+
 #: Debian packages holding the tools of the build.
-TOOL_PACKAGES = {"buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc"}
+TOOL_PACKAGES = {
+    "buildah": "buildah",
+    "skopeo": "skopeo",
+    "debootstrap": "debootstrap",
+    "runc": "runc",
+}
 
 
 def missing_tools() -> list[str]:
@@ -655,7 +733,28 @@ def build(
     """Build the named images (all by default) that are missing or out of date; returns
     seconds spent per step. ``force`` rebuilds even current ones (the layer cache still
     applies)."""
-    chosen = [IMAGES[n] for n in (names or list(IMAGES))]
+    with build_lock():
+        return _build_all([IMAGES[n] for n in (names or list(IMAGES))], echo=echo, force=force)
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One build at a time on this machine: two would race on the storage,
+    the shared layout and the archives. A second one waits, then finds the first one's work done."""
+    work_dir().mkdir(parents=True, exist_ok=True)
+    with (work_dir() / "build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("images: another build is running here; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build_all(chosen: list[Image], *, echo: bool, force: bool) -> dict[str, float]:
     todo = [image for image in chosen if force or not is_current(image)]
     spent: dict[str, float] = {}
     run = Runner(work_dir() / "build.log", echo=echo)
