@@ -48,6 +48,14 @@ def _quickstart(patch: dict[str, Any] | None = None) -> AgentRLJob:
     return load_job(yaml.safe_dump(merge(doc, {"spec": patch or {}})))
 
 
+def _cpu_ranks(nodes: int) -> AgentRLJob:
+    """The quickstart with ``nodes`` CPU-only ranks, for the placement mechanics alone. The
+    torch backend runs one rank (``nodes > 1`` is refused at apply time: its other ranks would
+    have nothing to follow), so this is built from the model without the cross-field rules."""
+    doc = yaml.safe_load(QUICKSTART.read_text())
+    return AgentRLJob.model_validate(merge(doc, {"spec": {"trainer": {"nodes": nodes}}}))
+
+
 def _states() -> dict[str, str]:
     from ray.util.placement_group import placement_group_table
 
@@ -59,7 +67,7 @@ def test_ranks_and_the_driver_run_in_the_bundles_ray_reserved_and_are_removed_af
     local_ray: None,
 ) -> None:
     # two CPU-only trainer nodes: ranks in bundles 0 and 1, the driver in bundle 2 (3 CPUs)
-    plan = placement.plan_placement(_quickstart({"trainer": {"nodes": 2}}))
+    plan = placement.plan_placement(_cpu_ranks(2))
     placed = placement.place(plan, timeout_s=60, rollout=False)
     pg_id = placed.trainer.id.hex()
     try:
@@ -110,7 +118,7 @@ def test_a_plan_larger_than_the_node_fails_in_time_naming_the_field_and_the_fix(
     local_ray: None,
 ) -> None:
     # 4 CPU-only ranks and the driver: 5 CPUs on a Ray of 4
-    plan = placement.plan_placement(_quickstart({"trainer": {"nodes": 4}}))
+    plan = placement.plan_placement(_cpu_ranks(4))
     before = set(_states())
     started = time.monotonic()
     with pytest.raises(placement.PlacementError) as caught:
