@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import time
@@ -377,6 +378,8 @@ class LocalCluster:
         for node in self.real_nodes():
             if node.plan.index >= count:
                 node.stop()
+                if not host.mounts_under(node.plan.dir):
+                    shutil.rmtree(node.plan.dir, ignore_errors=True)
                 self._kubectl(
                     bins, "delete", "node", node.name, "--ignore-not-found", "--wait=false"
                 )
@@ -698,7 +701,6 @@ class LocalCluster:
         nodes). ``keep_images``: keep each real node's containerd root (its image store, no
         containers are left in it), so a fresh cluster of the same name does not import
         gigabytes of images again (the test session's cluster starts fresh every time)."""
-        import shutil
 
         self.down()
         left = host.mounts_under(self.state_dir)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.devcluster import binaries
-from agentrl.devcluster.cluster import LocalCluster
+from agentrl.devcluster.cluster import ClusterError, LocalCluster
 from agentrl.devcluster.profile import ClusterProfile
 
 #: Name and base port of the cluster the test suite starts (apart from ``agentrl dev``'s 16443).
@@ -67,7 +67,16 @@ def session_cluster(profile: ClusterProfile | None = None) -> Iterator[ClusterHa
     # one real node (kubelet + containerd) beside the simulated ones, unless the machine
     # cannot run containers and AGENTRL_TEST_REAL_NODES=0 says to do without
     real_nodes = int(os.environ.get("AGENTRL_TEST_REAL_NODES", "1"))
-    started = local.up(profile or ClusterProfile(), bins=bins, timeout=240, real_nodes=real_nodes)
+    try:
+        started = local.up(
+            profile or ClusterProfile(), bins=bins, timeout=240, real_nodes=real_nodes
+        )
+    except ClusterError as exc:
+        if real_nodes and "cannot run a real node" in str(exc):
+            raise ClusterError(
+                f"{exc}\n(For the test session: AGENTRL_TEST_REAL_NODES=0.)"
+            ) from exc
+        raise
     try:
         yield ClusterHandle(local.kubeconfig, bins, local)
     finally:
