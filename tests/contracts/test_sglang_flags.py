@@ -93,12 +93,57 @@ def _variants() -> dict[str, AgentRLJob]:
 JOBS = {**_examples(), **_variants()}
 
 
+_BASE = ["--model-path", "/m"]
+#: Lists SGLang's parser must refuse: an unknown flag, a bad choice, an ambiguous prefix
+#: (``--cuda-graph-max`` could be three options in 0.5.15).
+REFUSED = [
+    [*_BASE, "--enable-hip-magic"],
+    [*_BASE, "--tool-call-parser", "qwen9"],
+    [*_BASE, "--cuda-graph-max", "8"],
+]
+
+#: SGLang's destinations that turn decode graphs off, and the value that does it.
+GRAPH_OFF = {
+    "disable_cuda_graph": None,
+    "disable_decode_cuda_graph": None,
+    "cuda_graph_backend_decode": "disabled",
+}
+
+
+def _graph_off_cases(options_by_dest: dict[str, list[str]]) -> list[list[str]]:
+    """Each option string for those destinations (from SGLang's parser), in full and as
+    ``--flag=value``, and a graph configuration file."""
+    cases = []
+    for dest, value in GRAPH_OFF.items():
+        for flag in options_by_dest[dest]:
+            cases.append([flag] if value is None else [flag, value])
+            if value is not None:
+                cases.append([f"{flag}={value}"])
+    cases.append(["--cuda-graph-config", '{"decode": {"backend": "disabled"}}'])
+    return cases
+
+
 @pytest.fixture(scope="module")
-def parsed() -> dict[str, dict[str, Any]]:
-    """SGLang's parse of every job's flags (one probe run for all of them)."""
+def answers(options_by_dest: dict[str, list[str]]) -> dict[str, Any]:
+    """SGLang's parse of every list this module checks, in one probe run (each run imports
+    sglang and torch anew)."""
     names = list(JOBS)
-    answers = sglang_env.probe("parse", [engine_flags.launch_args(JOBS[n]) for n in names])
-    return dict(zip(names, answers, strict=True))
+    graph = _graph_off_cases(options_by_dest)
+    lists = [engine_flags.launch_args(JOBS[n]) for n in names]
+    lists += REFUSED + [[*_BASE, *case] for case in graph]
+    out = sglang_env.probe("parse", lists)
+    jobs, rest = out[: len(names)], out[len(names) :]
+    return {
+        "jobs": dict(zip(names, jobs, strict=True)),
+        "refused": rest[: len(REFUSED)],
+        "graph": list(zip(graph, rest[len(REFUSED) :], strict=True)),
+    }
+
+
+@pytest.fixture(scope="module")
+def parsed(answers: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """SGLang's parse of every job's flags."""
+    return answers["jobs"]  # type: ignore[no-any-return]
 
 
 def test_the_examples_are_among_the_checked_jobs() -> None:
@@ -159,18 +204,10 @@ def test_extra_args_reach_sglang_with_their_values(parsed: dict[str, dict[str, A
     assert parsed["extraArgs: attention backend, --flag=value"]["values"]["page_size"] == 16
 
 
-def test_sglang_refuses_what_the_launcher_must_catch() -> None:
+def test_sglang_refuses_what_the_launcher_must_catch(answers: dict[str, Any]) -> None:
     """The parser really is SGLang's: it refuses an unknown flag, a bad choice and an ambiguous
     prefix (``--cuda-graph-max`` could be three options in 0.5.15)."""
-    base = ["--model-path", "/m"]
-    unknown, choice, ambiguous = sglang_env.probe(
-        "parse",
-        [
-            [*base, "--enable-hip-magic"],
-            [*base, "--tool-call-parser", "qwen9"],
-            [*base, "--cuda-graph-max", "8"],
-        ],
-    )
+    unknown, choice, ambiguous = answers["refused"]
     assert "unrecognized arguments: --enable-hip-magic" in unknown["error"]
     assert "--tool-call-parser" in choice["error"] and "qwen9" in choice["error"]
     assert "ambiguous option: --cuda-graph-max" in ambiguous["error"]
@@ -220,29 +257,14 @@ def test_every_sglang_spelling_of_an_owned_flag_is_refused_in_extra_args(
     assert accepted == []
 
 
-#: SGLang's destinations that turn decode graphs off, and the value that does it.
-GRAPH_OFF = {
-    "disable_cuda_graph": None,
-    "disable_decode_cuda_graph": None,
-    "cuda_graph_backend_decode": "disabled",
-}
-
-
 def test_every_way_sglang_has_to_disable_decode_graphs_is_refused(
-    options_by_dest: dict[str, list[str]],
+    answers: dict[str, Any],
 ) -> None:
-    """Each option string for those destinations (from SGLang's parser) is refused, in full,
-    as ``--flag=value`` and abbreviated as far as argparse would still expand it; and
-    SGLang's parser confirms each of these lists does turn decode graphs off."""
-    cases = []
-    for dest, value in GRAPH_OFF.items():
-        for flag in options_by_dest[dest]:
-            cases.append([flag] if value is None else [flag, value])
-            if value is not None:
-                cases.append([f"{flag}={value}"])
-    cases.append(["--cuda-graph-config", '{"decode": {"backend": "disabled"}}'])
-    answers = sglang_env.probe("parse", [["--model-path", "/m", *c] for c in cases])
-    for case, answer in zip(cases, answers, strict=True):
+    """Each option string for the graph-disabling destinations (from SGLang's parser) is
+    refused, in full, as ``--flag=value`` and abbreviated as far as argparse would still expand
+    it; and SGLang's parser confirms each of these lists does turn decode graphs off."""
+    assert len(answers["graph"]) >= 5
+    for case, answer in answers["graph"]:
         values = answer["values"]
         assert answer["error"] is None, answer["error"]
         assert (
