@@ -154,3 +154,53 @@ def test_a_dry_run_builds_backend_clients_and_weight_sync_and_exits(tmp_path: Pa
     assert (built["world_size"], built["rank"], built["resume_step"]) == (1, 0, 0)
     assert built["checkpoint_dir"] == str(tmp_path / "ckpt" / "trainer")
     assert built["train_tasks"] > 0
+
+
+@pytest.mark.parametrize(("pipeline", "fits"), [(2, True), (4, False)])
+def test_a_megatron_dry_run_refuses_a_layout_the_model_cannot_be_split_into(
+    tmp_path: Path, pipeline: int, fits: bool
+) -> None:
+    from tests.api.cases import BASE, merge
+
+    model = tmp_path / "model"
+    model.mkdir()
+    # 2 layers: pipeline 2 gives a layer per stage; pipeline 4 passes the apply-time rules
+    # (8 GPUs) but cannot split the model.
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "num_hidden_layers": 2,
+                "hidden_size": 16,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 24,
+                "vocab_size": 64,
+            }
+        )
+    )
+    manifest = merge(
+        BASE,
+        {
+            "spec": {
+                "model": {"source": {"path": str(model)}},
+                "trainer": {"parallelism": {"pipeline": pipeline}},
+            }
+        },
+    )
+    spec_file = _write_configmap(tmp_path, yaml.safe_dump(manifest))
+    result = CliRunner().invoke(
+        trainer,
+        ["--config", str(spec_file), "--dry-run"],
+        env={"AGENTRL_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "NNODES": "1", "GPUS_PER_NODE": "8"},
+    )
+    if fits:
+        assert result.exit_code == 0, result.output
+        built = json.loads(result.output[result.output.index("{") :])
+        assert built["megatron"]["transformer"]["pipeline_model_parallel_size"] == 2
+    else:
+        assert result.exit_code != 0
+        assert str(result.exception) == (
+            "spec.trainer.parallelism does not fit Qwen2ForCausalLM: num_hidden_layers (2) "
+            "must be divisible by parallelism.pipeline (4)"
+        )
