@@ -25,3 +25,11 @@ def test_the_contract_environment_holds_that_release(sglang: dict[str, Any]) -> 
     assert sglang["version"] == engine_flags.SGLANG_VERSION
     assert sglang_env.VENV.name == f"sglang-{engine_flags.SGLANG_VERSION}"
     assert f"sglang=={engine_flags.SGLANG_VERSION}" in sglang_env.VENV.no_deps
+
+
+def test_agentrl_dev_prepare_makes_the_environment() -> None:
+    from agentrl.devcluster import prepare
+
+    (step,) = [s for s in prepare.steps() if s.name == "sglang"]
+    assert step.is_done()  # the stamp of this very environment is written
+    assert engine_flags.SGLANG_VERSION in step.describe
