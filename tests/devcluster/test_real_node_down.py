@@ -63,6 +63,7 @@ def _snapshot(local: LocalCluster) -> dict[str, object]:
     }
 
 
+@pytest.mark.timeout(900)  # a whole cluster up and down, on a machine shared with builds
 def test_down_leaves_the_machine_as_it_was() -> None:
     bins = binaries.prepared()
     local = LocalCluster(NAME, port=PORT)
@@ -70,7 +71,8 @@ def test_down_leaves_the_machine_as_it_was() -> None:
     before = _snapshot(local)
     profile = ClusterProfile().with_counts(gpu_nodes=0, cpu_nodes=0)
     try:
-        local.up(profile, bins=bins, real_nodes=1, timeout=240)
+        # the node's own images are enough here (the project's would only add import time)
+        local.up(profile, bins=bins, real_nodes=1, timeout=240, project_images=False)
         kubectl = Kubectl(bins.kubectl, local.kubeconfig, "default")
         kubectl.apply(
             {

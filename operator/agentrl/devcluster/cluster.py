@@ -283,10 +283,12 @@ class LocalCluster:
         echo: Callable[[str], None] = lambda _msg: None,
         timeout: float = 120.0,
         real_nodes: int | None = None,
+        project_images: bool = True,
     ) -> bool:
         """Start every component (those not already running), apply the simulated nodes and
-        start ``real_nodes`` real ones (default: as recorded, else 1); returns False when the
-        control plane was already running (only nodes were applied or started)."""
+        start ``real_nodes`` real ones (default: as recorded, else 1) with the node's own images
+        and, with ``project_images``, every finished archive of :mod:`.images`; returns False
+        when the control plane was already running (only nodes were applied or started)."""
         if real_nodes is None:
             real_nodes = int(self._recorded().get("real_nodes", DEFAULT_REAL_NODES))
         if not 0 <= real_nodes <= MAX_REAL_NODES:
@@ -302,7 +304,9 @@ class LocalCluster:
             echo(f"cluster '{self.name}' is already running at {self.server}")
             self._apply_nodes(bins, profile, real_nodes)
             self._record(profile, real_nodes)
-            self._up_real_nodes(bins, real_nodes, echo=echo, timeout=timeout)
+            self._up_real_nodes(
+                bins, real_nodes, echo=echo, timeout=timeout, project_images=project_images
+            )
             return False
         if alive:
             echo(f"cluster '{self.name}' is partly running ({', '.join(alive)}): restarting it")
@@ -337,7 +341,9 @@ class LocalCluster:
             timeout,
             "kube-controller-manager",
         )
-        self._up_real_nodes(bins, real_nodes, echo=echo, timeout=timeout)
+        self._up_real_nodes(
+            bins, real_nodes, echo=echo, timeout=timeout, project_images=project_images
+        )
         echo(f"cluster '{self.name}' up in {time.monotonic() - started:.1f}s at {self.server}")
         return True
 
@@ -348,12 +354,15 @@ class LocalCluster:
         *,
         echo: Callable[[str], None],
         timeout: float,
+        project_images: bool = True,
     ) -> None:
         """Start real nodes 0..count-1 (those not running), stop any beyond, wait until each
         is Ready with its pod CIDR, and run CoreDNS on node 0. Serialised by a lock: several
         test sessions may bring up the same shared cluster at once."""
         with self._nodes_lock():
-            self._up_real_nodes_locked(bins, count, echo=echo, timeout=timeout)
+            self._up_real_nodes_locked(
+                bins, count, echo=echo, timeout=timeout, project_images=project_images
+            )
 
     @contextlib.contextmanager
     def _nodes_lock(self) -> Iterator[None]:
@@ -374,6 +383,7 @@ class LocalCluster:
         *,
         echo: Callable[[str], None],
         timeout: float,
+        project_images: bool,
     ) -> None:
         for node in self.real_nodes():
             if node.plan.index >= count:
@@ -385,7 +395,7 @@ class LocalCluster:
                 )
         if not count:
             return
-        archives = project_archives()
+        archives = project_archives() if project_images else []
         for index in range(count):
             node = self.real_node(index)
             t0 = time.monotonic()
