@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 
 import click
 
@@ -19,6 +21,16 @@ def _priority(value: str) -> int:
         return int(value)
     except ValueError:
         raise click.BadParameter("an integer or 'random'", param_hint="--priority") from None
+
+
+def peering_identity() -> str:
+    """Who this operator is among its peers: the pod's name (its hostname) and process id.
+
+    kopf's own default asks the password database for the user's name, and an image's numeric
+    USER (65532 in ours, or the arbitrary uid some clusters assign) has no entry there: the
+    operator then crashed at start with ``getpwuid(): uid not found``, on the first real node
+    it ever ran on."""
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 @click.command()
@@ -138,6 +150,7 @@ def operator(
     asyncio.run(
         kopf.operator(
             registry=registry,
+            identity=peering_identity(),
             standalone=standalone,
             peering_name=None if standalone else peering_name,
             priority=_priority(priority),
