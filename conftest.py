@@ -47,3 +47,11 @@ def crd_installed(cluster: ClusterHandle) -> None:
     for path in sorted(Path("crds").glob("*.yaml")):
         admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
     admin.run("wait", "--for=condition=Established", "--timeout=60s", "crd/agentrljobs.agentrl.dev")
+
+
+@pytest.fixture(scope="session")
+def cluster_helm(cluster: ClusterHandle):  # type: ignore[no-untyped-def]
+    """The real helm aimed at the test cluster (KUBECONFIG and PATH from ``cluster``)."""
+    from tests.chart.charting import Helm
+
+    return Helm(cluster.bins.helm, cluster.env())
