@@ -118,7 +118,9 @@ class RealNode:
         echo: Callable[[str], None] = lambda _m: None,
         timeout: float = 120.0,
     ) -> float:
-        """Start the node's processes (those not running); returns seconds spent."""
+        """Start the node's processes (those not running) and import the node's images and
+        ``archives`` (those it lacks, by digest: on a running node too); returns seconds spent
+        starting (0 when it was running)."""
         started = time.monotonic()
         missing = host.missing_requirements()
         if missing:
@@ -130,6 +132,7 @@ class RealNode:
             )
         p = self.plan
         if self.running():
+            self.import_images(list(archives), echo=echo)
             return 0.0
         # a half-running node (one process died) is restarted from a clean machine state
         if any(pid is not None for pid in self.pids().values()):
@@ -144,7 +147,11 @@ class RealNode:
         ns = str(host.NETNS_DIR / p.netns)
         containerd, kubelet, proxy = self.process_names
         self.procs.start(
-            Component(containerd, ["/usr/bin/containerd", "--config", str(files["containerd"])], ns)
+            Component(
+                containerd,
+                [shutil.which("containerd") or "containerd", "--config", str(files["containerd"])],
+                ns,
+            )
         )
         self._wait(f"containerd of {p.name}", self._containerd_ready, timeout, containerd)
         self.import_images([img.archive for img in artifacts.IMAGES], echo=echo)
@@ -228,7 +235,10 @@ class RealNode:
             if refs and all(have.get(name) == digest for name, digest in refs.items()):
                 continue
             echo(f"importing {archive.name} into {self.name}")
-            self.ctr("images", "import", str(archive))
+            # a trainer image is ~6 GB (torch's CUDA build): unpacking it on a busy 2-core
+            # machine takes minutes, so the limit grows with the archive
+            gib = archive.stat().st_size / 2**30
+            self.ctr("images", "import", str(archive), timeout=120 + 180 * gib)
             imported.append(archive)
         return imported
 
