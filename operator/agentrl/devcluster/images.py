@@ -776,6 +776,9 @@ def _build_all(chosen: list[Image], *, echo: bool, force: bool) -> dict[str, flo
     for image in todo:
         with _timed(spent, image.name):
             build_image(run, image)
+    # Untagged images no other image builds on: the layer cache of earlier builds, superseded
+    # (a few GB after some rebuilds of the trainer and the engine). The current chains stay.
+    run(buildah_argv("rmi", "--prune"))
     return spent
 
 
