@@ -467,3 +467,31 @@ def test_an_archive_holds_one_image_of_the_shared_layout_and_pruning_keeps_share
     assert hashlib.sha256(own_b).hexdigest() in left
     assert hashlib.sha256(own_a).hexdigest() not in left
     assert hashlib.sha256(b"config a").hexdigest() not in left
+
+
+def test_a_second_build_waits_for_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    lock = builder.work_dir() / "build.lock"
+    lock.parent.mkdir(parents=True)
+    # another process holds the lock for a second, as a running build does
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, pathlib, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1); "
+            "pathlib.Path(sys.argv[2]).touch(); fcntl.flock(f, fcntl.LOCK_UN); time.sleep(5)",
+            str(lock),
+            str(tmp_path / "released"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with builder.build_lock():
+        assert (tmp_path / "released").exists()  # we got it only after the holder let go
+    holder.kill()
+    holder.wait(timeout=10)
+    assert "another build is running here; waiting for it" in capsys.readouterr().err
