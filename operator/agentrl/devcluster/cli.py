@@ -88,7 +88,8 @@ def images_cmd(only: tuple[str, ...], force: bool, list_images: bool) -> None:
             size = image.archive.stat().st_size / 2**30
             click.echo(f"{image.ref:<42} {size:6.2f} GiB  {image.archive}")
         else:
-            click.echo(f"{image.ref:<42} {'not built':>10}  (agentrl dev images --only {name})")
+            state = "out of date" if images.finished(image) else "not built"
+            click.echo(f"{image.ref:<42} {state:>11}  (agentrl dev images --only {name})")
     usage = images.disk_usage()
     click.echo(
         f"disk: archives {usage['archives'] / 2**30:.2f} GiB, "
