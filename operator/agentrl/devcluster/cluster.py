@@ -417,7 +417,9 @@ class LocalCluster:
             if spent:
                 echo(f"real node {node.name} Ready in {time.monotonic() - t0:.1f}s")
         plan = self.node_plan(0)
-        manifests = addons.coredns_manifests(plan, image=artifacts.COREDNS.name)
+        manifests = addons.coredns_manifests(
+            plan, image=artifacts.COREDNS.name, image_digest=artifacts.COREDNS.digest() or ""
+        )
         stream = "\n---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
         self._kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
         self._wait(
@@ -452,17 +454,19 @@ class LocalCluster:
             self._kubectl(bins, "patch", "node", node.name, "--type=merge", "-p", patch)
 
     def _coredns_available(self, bins: binaries_mod.Binaries) -> bool:
+        """The CoreDNS Deployment rolled out: its current generation observed, and its one
+        replica updated and available (a changed image replaces the pod first)."""
         out = self._kubectl(
-            bins,
-            "get",
-            "deployment",
-            "-n",
-            addons.NAMESPACE,
-            addons.NAME,
-            "-o",
-            "jsonpath={.status.availableReplicas}",
+            bins, "get", "deployment", "-n", addons.NAMESPACE, addons.NAME, "-o", "json"
         )
-        return out.strip() == "1"
+        obj = json.loads(out)
+        status = obj.get("status", {})
+        return bool(
+            status.get("observedGeneration", 0) >= obj["metadata"].get("generation", 1)
+            and status.get("updatedReplicas") == 1
+            and status.get("availableReplicas") == 1
+            and status.get("replicas") == 1
+        )
 
     def load(self, archives: list[Path], *, echo: Callable[[str], None] = print) -> list[Path]:
         """Import OCI archives into every running real node (skipping images it already has

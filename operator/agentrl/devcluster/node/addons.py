@@ -30,7 +30,6 @@ def corefile(plan: NodePlan) -> str:
     ip = plan.node_ip
     return f"""\
 {CLUSTER_DOMAIN}:53 {{
-    bind {ip}
     errors
     health {ip}:{HEALTH_PORT}
     ready {ip}:{READY_PORT}
@@ -67,9 +66,12 @@ current-context: local
 """
 
 
-def coredns_manifests(plan: NodePlan, *, image: str) -> list[dict[str, Any]]:
+def coredns_manifests(
+    plan: NodePlan, *, image: str, image_digest: str = ""
+) -> list[dict[str, Any]]:
     """ServiceAccount, ClusterRole and binding, ConfigMap, Deployment (one replica on
-    ``plan``'s node) and the ``kube-dns`` Service at :data:`CLUSTER_DNS_IP`."""
+    ``plan``'s node) and the ``kube-dns`` Service at :data:`CLUSTER_DNS_IP`. The pod template
+    carries the image's digest, so a rebuilt image (same name) rolls the Deployment."""
     labels = {"k8s-app": "kube-dns"}
     meta = {"namespace": NAMESPACE, "labels": dict(labels)}
     return [
@@ -117,7 +119,10 @@ def coredns_manifests(plan: NodePlan, *, image: str) -> list[dict[str, Any]]:
                 "selector": {"matchLabels": dict(labels)},
                 "strategy": {"type": "Recreate"},
                 "template": {
-                    "metadata": {"labels": dict(labels)},
+                    "metadata": {
+                        "labels": dict(labels),
+                        "annotations": {"agentrl.dev/image-digest": image_digest},
+                    },
                     "spec": {
                         "serviceAccountName": NAME,
                         "priorityClassName": "system-cluster-critical",

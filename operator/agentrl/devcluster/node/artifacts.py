@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,10 +101,13 @@ def images_dir() -> Path:
 
 @dataclass(frozen=True)
 class LocalImage:
-    """One image the node imports: its name and its archive in the cache."""
+    """One image the node imports: its name, its archive in the cache, and what it is made
+    from (``inputs``: a key that changes when the files it packs change, so a rebuilt binary
+    makes the image out of date)."""
 
     stem: str
     name: str
+    inputs: Callable[[], str] = lambda: ""
 
     @property
     def archive(self) -> Path:
@@ -120,12 +125,26 @@ class LocalImage:
             return None
         if info.get("name") != self.name or not self.archive.is_file():
             return None
+        if info.get("inputs", "") != self.inputs():
+            return None
         return str(info.get("digest")) or None
 
 
-PAUSE = LocalImage("pause", PAUSE_IMAGE)
-COREDNS = LocalImage("coredns", COREDNS_IMAGE)
-BUSYBOX = LocalImage("busybox", BUSYBOX_IMAGE)
+def _file_key(path: Path | str | None) -> str:
+    """Path, size and modification time of a file ("" when absent): cheap, and changed by
+    any rebuild or reinstall."""
+    if path is None:
+        return ""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return ""
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
+PAUSE = LocalImage("pause", PAUSE_IMAGE, lambda: hashlib.sha256(PAUSE_GO.encode()).hexdigest()[:16])
+COREDNS = LocalImage("coredns", COREDNS_IMAGE, lambda: _file_key(binaries.find("coredns")))
+BUSYBOX = LocalImage("busybox", BUSYBOX_IMAGE, lambda: _file_key(shutil.which("busybox")))
 IMAGES = (PAUSE, COREDNS, BUSYBOX)
 
 
@@ -186,7 +205,8 @@ def install_packages(*, log: Path) -> None:
 def _finish(image: LocalImage, spec: oci.ImageSpec) -> None:
     image.stamp.unlink(missing_ok=True)
     digest = oci.write_archive(spec, image.archive)
-    image.stamp.write_text(json.dumps({"name": image.name, "digest": digest}, indent=2) + "\n")
+    stamp = {"name": image.name, "digest": digest, "inputs": image.inputs()}
+    image.stamp.write_text(json.dumps(stamp, indent=2) + "\n")
 
 
 def build_pause(*, log: Path) -> None:
