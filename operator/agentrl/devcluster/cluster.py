@@ -530,6 +530,14 @@ class LocalCluster:
             ],
         )
 
+    def _advertise_address(self) -> str:
+        """The ``kubernetes`` Service's endpoint. The API server listens on loopback only, and
+        writes no endpoint for a loopback address: with a real node it advertises the machine's
+        end of node 0's link, which pods reach (see :attr:`NodePlan.api_ip`)."""
+        if int(self._recorded().get("real_nodes", 0) or 0):
+            return self.node_plan(0).api_ip
+        return "127.0.0.1"
+
     def _apiserver(self, bins: binaries_mod.Binaries) -> Component:
         k = self.pki_dir
         return Component(
@@ -538,7 +546,7 @@ class LocalCluster:
                 str(bins.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
                 "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={self._advertise_address()}",
                 f"--secure-port={self.ports.apiserver}",
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
                 f"--tls-cert-file={k / 'apiserver.crt'}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,14 @@ class NodePlan:
     @property
     def node_ip(self) -> str:
         return str(self.link.network_address + 2)
+
+    @property
+    def api_ip(self) -> str:
+        """Where pods reach the API server: the machine's end of node 0's link. The API server
+        advertises it as the endpoint of the ``kubernetes`` Service (so in-cluster clients,
+        the operator's pod among them, reach it at 10.96.0.1 through kube-proxy), and a DNAT on
+        every node's link leads it to the loopback port the API server listens on."""
+        return replace(self, index=0).host_ip
 
     @property
     def pod_subnet(self) -> str:

@@ -234,25 +234,31 @@ def unmount_all(directory: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ network
-def _dnat_rule(plan: NodePlan) -> list[str]:
+def _dnat_rules(plan: NodePlan) -> list[list[str]]:
+    """The node reaches the API server at its own link address (the kubelet, kube-proxy) and
+    its pods at :attr:`NodePlan.api_ip` (the ``kubernetes`` Service's endpoint): both lead to
+    the loopback port the API server listens on, for traffic that comes in on this link only."""
     return [
-        "PREROUTING",
-        "-i",
-        plan.host_veth,
-        "-d",
-        f"{plan.host_ip}/32",
-        "-p",
-        "tcp",
-        "--dport",
-        str(plan.apiserver_port),
-        "-m",
-        "comment",
-        "--comment",
-        f"agentrl {plan.netns}: the API server for the node",
-        "-j",
-        "DNAT",
-        "--to-destination",
-        f"127.0.0.1:{plan.apiserver_port}",
+        [
+            "PREROUTING",
+            "-i",
+            plan.host_veth,
+            "-d",
+            f"{dst}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            str(plan.apiserver_port),
+            "-m",
+            "comment",
+            "--comment",
+            f"agentrl {plan.netns}: the API server for the node",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"127.0.0.1:{plan.apiserver_port}",
+        ]
+        for dst in dict.fromkeys((plan.host_ip, plan.api_ip))
     ]
 
 
@@ -297,12 +303,28 @@ def setup_network(plan: NodePlan) -> None:
     # the DNAT to 127.0.0.1 is routed only where route_localnet allows loopback addresses on
     # a non-loopback interface: this one link, which disappears with the node
     Path(f"/proc/sys/net/ipv4/conf/{plan.host_veth}/route_localnet").write_text("1\n")
-    rule = _dnat_rule(plan)
-    if run(["iptables", "-t", "nat", "-C", *rule], check=False).returncode != 0:
-        run(["iptables", "-t", "nat", "-A", *rule])
+    for rule in _dnat_rules(plan):
+        if run(["iptables", "-t", "nat", "-C", *rule], check=False).returncode != 0:
+            run(["iptables", "-t", "nat", "-A", *rule])
+    if plan.api_ip != plan.host_ip:
+        # node 0's link address, where this node's pods reach the API server, is via this link
+        run(["ip", "route", "replace", f"{plan.api_ip}/32", "via", plan.host_ip], netns=ns)
     # inside the node's namespace only: forwarding between pods and to services
     run(["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"], netns=ns)
     _egress_guard(plan)
+    _api_masquerade(plan)
+
+
+def _api_server_match(plan: NodePlan) -> list[str]:
+    return ["-d", f"{plan.api_ip}/32", "-p", "tcp", "--dport", str(plan.apiserver_port)]
+
+
+def _api_masquerade(plan: NodePlan) -> None:
+    """Pods' connections to the API server leave the node from its link address, so the
+    machine answers them on the link (it has no route to the pod network, and needs none)."""
+    rule = ["POSTROUTING", "-s", plan.pod_cidr, *_api_server_match(plan), "-j", "MASQUERADE"]
+    if run(["iptables", "-t", "nat", "-C", *rule], netns=plan.netns, check=False).returncode:
+        run(["iptables", "-t", "nat", "-A", *rule], netns=plan.netns)
 
 
 def _egress_guard(plan: NodePlan) -> None:
@@ -312,6 +334,8 @@ def _egress_guard(plan: NodePlan) -> None:
     run(["iptables", "-F", EGRESS_CHAIN], netns=ns)
     for dst in (plan.pod_cidr, plan.service_cidr):
         run(["iptables", "-A", EGRESS_CHAIN, "-d", dst, "-j", "RETURN"], netns=ns)
+    # the one address outside them a pod may reach: the API server's port, as in any cluster
+    run(["iptables", "-A", EGRESS_CHAIN, *_api_server_match(plan), "-j", "RETURN"], netns=ns)
     run(["iptables", "-A", EGRESS_CHAIN, "-j", "DROP"], netns=ns)
     jump = ["FORWARD", "-s", plan.pod_cidr, "-j", EGRESS_CHAIN]
     if run(["iptables", "-C", *jump], netns=ns, check=False).returncode != 0:
@@ -321,9 +345,9 @@ def _egress_guard(plan: NodePlan) -> None:
 def teardown_network(plan: NodePlan) -> None:
     """Remove the DNAT, the link and the namespace (with every bridge, veth, route and
     iptables rule inside it: kube-proxy's chains and ours live only there)."""
-    rule = _dnat_rule(plan)
-    while run(["iptables", "-t", "nat", "-C", *rule], check=False).returncode == 0:
-        run(["iptables", "-t", "nat", "-D", *rule])
+    for rule in _dnat_rules(plan):
+        while run(["iptables", "-t", "nat", "-C", *rule], check=False).returncode == 0:
+            run(["iptables", "-t", "nat", "-D", *rule])
     if _link_exists(plan.host_veth):
         run(["ip", "link", "del", plan.host_veth], check=False)
     if (NETNS_DIR / plan.netns).exists():
