@@ -15,9 +15,10 @@ infra error.
 is read from the file it wrote.
 
 Failing tests, broken code, and tests that hang past the verifier timeout are the policy's doing:
-reward 0. The verifier *crashing* (the test patch does not apply to pristine files, the reward
-file is missing or unreadable, the sandbox fails) raises :class:`VerifierError` or a
-:class:`~agentrl.sandbox.errors.SandboxError`: an infra error, never a reward.
+reward 0. The verifier *crashing* (the test patch does not apply to pristine files, the sandbox
+image lacks the test runner, the reward file is missing or unreadable, the sandbox fails)
+raises :class:`VerifierError` or a :class:`~agentrl.sandbox.errors.SandboxError`: an infra
+error, never a reward.
 
 Callers: :mod:`agentrl.rollout.episode` and :mod:`agentrl.rollout.validate`.
 """
@@ -39,7 +40,7 @@ from agentrl.rollout.tasks.model import (
     Task,
 )
 from agentrl.rollout.tasks.swebench import SCRATCH_DIR, touched_files
-from agentrl.sandbox.provider import Sandbox
+from agentrl.sandbox.provider import ExecResult, Sandbox
 
 #: Where the test patch is written before ``git apply`` (outside the repository).
 TEST_PATCH_PATH = "/tmp/agentrl_test.patch"
@@ -93,6 +94,20 @@ def parse_django_log(log: str) -> dict[str, str]:
     return statuses
 
 
+def missing_runner(command: str, result: ExecResult) -> str | None:
+    """Why the test command never ran a test because the sandbox image lacks its runner (the
+    shell found no such command, or Python no such ``-m`` module), or None. That is the image's
+    fault, not the policy's: an infra error, never a reward of 0."""
+    if result.exit_code in (126, 127) and re.search(
+        r"(command )?not found|not executable|Permission denied", result.output
+    ):
+        return f"exit code {result.exit_code}: {result.output.strip()[-200:]}"
+    module = re.search(r"(?:^|\s)-m\s+([\w.]+)", command)
+    if module and re.search(rf"No module named '?{re.escape(module.group(1))}'?", result.output):
+        return f"No module named {module.group(1)}"
+    return None
+
+
 def score_tests(
     verification: NamedTestsVerification, statuses: dict[str, str]
 ) -> tuple[float, list[str]]:
@@ -142,6 +157,13 @@ async def _verify_tests(
     result = await sandbox.exec(verification.test_command, timeout=timeout)
     parser = parse_django_log if verification.log_format == "django" else parse_pytest_log
     statuses = parser(result.output)
+    missing = None if statuses else missing_runner(verification.test_command, result)
+    if missing is not None:
+        raise VerifierError(
+            f"the sandbox image cannot run the tests ({missing}; command "
+            f"{verification.test_command!r}): set spec.sandbox.image (or the task's image) to "
+            "one that has the test runner, e.g. images/sandbox for the toy tasks"
+        )
     reward, failing = score_tests(verification, statuses)
     return VerifierResult(
         reward=reward,
