@@ -86,7 +86,7 @@ def test_operator_holds_every_rule_of_the_roles_it_creates_for_a_job(helm: Helm)
     child_rules = [
         *rbac.sandbox_provider_rules(),
         *rbac.watchdog_rules(_job()),
-        *rbac.trainer_rules(),
+        *rbac.trainer_rules(_job(), task_images=True),
     ]
     assert child_rules, "the reconcile layer builds Roles for rollout workers and watchdogs"
     for rule in child_rules:

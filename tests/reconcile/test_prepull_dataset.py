@@ -13,7 +13,13 @@ from click.testing import CliRunner
 from agentrl.api import AgentRLJob
 from agentrl.cli import main
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.prepull import prepull_daemonsets
+from agentrl.reconcile.prepull import (
+    prepull_daemonsets,
+    read_task_images,
+    task_images_configmap,
+    wanted,
+)
+from agentrl.reconcile.trainer import trainer_env, trainer_rbac
 from agentrl.rollout.tasks import load_dataset, task_images
 from tests.factories import make_job
 from tests.rollout.swebench_rows import row
@@ -94,3 +100,63 @@ def test_tasks_images_writes_them_into_the_manifests_pre_pull_list(tmp_path: Pat
     assert job.spec.sandbox.pre_pull.enabled is True
     assert job.spec.sandbox.pre_pull.images == [SMITH_B, "x:1", SMITH_A, DJANGO]
     assert result.stderr == "2 images added to spec.sandbox.prePull.images\n"
+
+
+# ---- the trainer's list, read back by the operator ----------------------------------------
+
+
+def _swe_job(**sandbox: object) -> AgentRLJob:
+    return (
+        make_job("swe")
+        .with_spec("dataset.format", "swesmith")
+        .with_spec("dataset.path", "/data/tasks.jsonl")
+        .with_sandbox(**sandbox)
+        .obj()
+    )
+
+
+def test_the_task_images_configmap_exists_only_with_pre_pull_and_carries_no_data() -> None:
+    on = _swe_job(prePull={"enabled": True})
+    cm = task_images_configmap(on, BuildContext.for_job(on))
+    assert cm["metadata"]["name"] == "swe-task-images"
+    # the trainer owns data: an apply that named it would take the trainer's list away
+    assert "data" not in cm
+    assert wanted(on)
+    assert not wanted(_swe_job(prePull={"enabled": False}))
+    e2b = {"apiKeySecretRef": {"name": "e2b"}, "maxConcurrent": 4}
+    assert not wanted(_swe_job(prePull={"enabled": True}, provider="e2b", e2b=e2b))
+
+
+def test_the_operator_reads_the_images_as_the_trainer_wrote_them() -> None:
+    # what the API server returns after the trainer's merge patch of data.images
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "swe-task-images", "namespace": "team"},
+        "data": {"images": f"{SMITH_A}\n{SMITH_B}\n\n {SMITH_A}\n{DJANGO}\n"},
+    }
+    assert read_task_images(configmap) == [SMITH_A, SMITH_B, DJANGO]
+    assert read_task_images({"metadata": {"name": "swe-task-images"}}) == []  # not written yet
+    assert read_task_images(None) == []  # not created yet
+
+
+def test_the_trainer_may_write_its_task_images_configmap_and_no_other() -> None:
+    on = _swe_job(prePull={"enabled": True})
+    role = next(o for o in trainer_rbac(on, BuildContext.for_job(on)) if o["kind"] == "Role")
+    configmap_rules = [r for r in role["rules"] if "configmaps" in r["resources"]]
+    assert configmap_rules == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "patch"],
+            "resourceNames": ["swe-task-images"],
+        }
+    ]
+    env = {e["name"]: e.get("value") for e in trainer_env(on, BuildContext.for_job(on), attempt=0)}
+    assert env["AGENTRL_TASK_IMAGES_CONFIGMAP"] == "swe-task-images"
+
+    off = _swe_job(prePull={"enabled": False})
+    role = next(o for o in trainer_rbac(off, BuildContext.for_job(off)) if o["kind"] == "Role")
+    assert not [r for r in role["rules"] if "configmaps" in r["resources"]]
+    env = {e["name"] for e in trainer_env(off, BuildContext.for_job(off), attempt=0)}
+    assert "AGENTRL_TASK_IMAGES_CONFIGMAP" not in env

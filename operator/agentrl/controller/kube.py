@@ -19,7 +19,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet, Deployment, StatefulSet
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Event, Node, Pod, ResourceQuota
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, ResourceQuota
 from lightkube.types import CascadeType, PatchType
 
 from agentrl.api import job as job_api
@@ -37,6 +37,7 @@ _CHILD_KINDS: dict[str, Any] = {
     "StatefulSet": StatefulSet,
     "Job": Job,
     "Deployment": Deployment,
+    "ConfigMap": ConfigMap,
 }
 
 

@@ -191,14 +191,22 @@ class Reconciler:
     async def _prepull(self, key: Key, job: AgentRLJob, ctx: BuildContext) -> str | None:
         """Apply the pre-pull DaemonSets (and remove chunks no longer wanted); their progress.
 
-        The images are ``spec.sandbox.prePull.images``: the dataset may sit on a volume the
-        operator cannot read, so the task images are listed in the spec."""
+        The images: ``spec.sandbox.image``, the dataset's task images, which the trainer writes
+        into the ``NAME-task-images`` ConfigMap applied here (the dataset sits on a volume the
+        operator cannot read), then ``prePull.images``. A list the trainer writes later is
+        picked up on the next reconcile (the resync at the latest)."""
         selector = {**labels.job_selector(job), LABEL_COMPONENT: Component.PREPULL.value}
         sandbox = job.spec.sandbox
         wanted: list[dict[str, Any]] = []
-        if sandbox.pre_pull.enabled and sandbox.provider == SandboxProvider.KUBERNETES:
+        if prepull.wanted(job):
+            await self._apply_children(key, [prepull.task_images_configmap(job, ctx)])
+            listed = await self.api.get_child(
+                "ConfigMap", key.namespace, names.task_images(job.metadata.name)
+            )
             nodes = await self.api.count_nodes(dict(sandbox.node_selector))
-            wanted = prepull.prepull_daemonsets(job, ctx, [], nodes=nodes)
+            wanted = prepull.prepull_daemonsets(
+                job, ctx, prepull.read_task_images(listed), nodes=nodes
+            )
             await self._apply_children(key, wanted)
         # read the DaemonSets only when some are wanted or some may be left from before
         had_prepull = bool(job.status and job.status.sandbox.pre_pull)

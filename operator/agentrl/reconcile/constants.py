@@ -44,6 +44,10 @@ ANNOTATION_WATCHDOG: Final = WATCHDOG_ANNOTATION
 #: JSON the trainer's driver (rank 0) writes on its own pod (see ``observed.TrainerProgress``):
 #: step, checkpoint step, weight version and rollout figures, lifted into ``status``.
 ANNOTATION_PROGRESS: Final = "agentrl.dev/progress"
+#: Data key of the ``NAME-task-images`` ConfigMap: the dataset's task images, one per line, in
+#: the order the trainer draws their tasks. The trainer's driver writes it after loading the
+#: dataset (a volume the operator cannot read); the operator pre-pulls what it lists.
+TASK_IMAGES_KEY: Final = "images"
 #: On the trainer Job: which attempt it is (0 first, then one more per restart). Lets a
 #: restarted operator tell the current attempt from a failed one it has already counted.
 ANNOTATION_TRAINER_ATTEMPT: Final = "agentrl.dev/trainer-attempt"

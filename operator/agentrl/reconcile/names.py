@@ -69,6 +69,12 @@ def prepull(job: str, chunk: int) -> str:
     return f"{job}-prepull-{chunk}"
 
 
+def task_images(job: str) -> str:
+    """``NAME-task-images``: the ConfigMap the trainer writes the dataset's task images into
+    (read back by the operator for the pre-pull DaemonSets)."""
+    return f"{job}-task-images"
+
+
 def checkpoints(job: str) -> str:
     """``NAME-checkpoints``: the checkpoint PVC made when the spec names no volume."""
     return f"{job}-checkpoints"
@@ -89,6 +95,7 @@ def _longest_derived_values(name: str) -> dict[str, str]:
         "sandbox NetworkPolicy": sandbox_policy(name),
         "sandbox pod": sandbox_pod_prefix(name) + "x" * SANDBOX_RANDOM_CHARS,
         "checkpoint PVC": checkpoints(name),
+        "task images ConfigMap": task_images(name),
         # a DaemonSet's pods append "-" and 5 random characters
         "pre-pull pod": prepull(name, 10**MAX_ORDINAL_DIGITS - 1) + "-xxxxx",
     }

@@ -25,8 +25,17 @@ otherwise each pull container sleeps after its pull for
 stays within the budget (each node × chunk pulls once per interval; the first image of every
 chunk starts at once). The busybox pull and the sandboxes' own pulls are not counted.
 
-Pure, like every builder: the controller passes the task images (from the dataset) and the
-number of sandbox nodes (nodes matching ``spec.sandbox.nodeSelector``), applies the
+Where the task images come from: the dataset sits on a volume or in an image only the trainer
+mounts, so the operator cannot read it. It creates an empty ConfigMap ``NAME-task-images``
+(:func:`task_images_configmap`); the trainer's driver, once it has loaded the dataset, writes
+the distinct task images there in the order it will draw their tasks (its ServiceAccount may
+``get`` and ``patch`` that one ConfigMap and no other); the operator reads them back on its next
+reconcile (:func:`read_task_images`) and pulls them after ``spec.sandbox.image`` and before
+``prePull.images``. The operator applies the ConfigMap without a ``data`` field, so its
+server-side apply never takes the trainer's list away.
+
+Pure, like every builder: the controller passes the task images (read from that ConfigMap) and
+the number of sandbox nodes (nodes matching ``spec.sandbox.nodeSelector``), applies the
 DaemonSets this returns, deletes the job's pre-pull DaemonSets whose names are not among them,
 and turns the DaemonSets' status into words with :func:`prepull_progress`.
 """
@@ -41,7 +50,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, SandboxProvider
 from agentrl.reconcile import names
-from agentrl.reconcile.constants import Component
+from agentrl.reconcile.constants import TASK_IMAGES_KEY, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
@@ -71,6 +80,33 @@ _RESOURCES: Final = {
     "requests": {"cpu": "10m", "memory": "16Mi"},
     "limits": {"cpu": "100m", "memory": "64Mi"},
 }
+
+
+def wanted(job: AgentRLJob) -> bool:
+    """Pre-pull runs: ``prePull.enabled`` and sandboxes are pods (E2B and local sandboxes do
+    not run on the cluster's nodes)."""
+    sandbox = job.spec.sandbox
+    return sandbox.pre_pull.enabled and sandbox.provider == SandboxProvider.KUBERNETES
+
+
+def task_images_configmap(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
+    """The ConfigMap ``NAME-task-images`` the trainer fills with the dataset's task images.
+    It has no ``data``: the trainer owns that field, and the operator's apply leaves it alone."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(
+            job, ctx, name=names.task_images(job.metadata.name), component=Component.PREPULL
+        ),
+    }
+
+
+def read_task_images(configmap: Mapping[str, Any] | None) -> list[str]:
+    """The task images listed in the ``NAME-task-images`` ConfigMap (as the API server returns
+    it), each once, in order; empty while the trainer has not written them yet."""
+    data = (configmap or {}).get("data") or {}
+    lines = (line.strip() for line in str(data.get(TASK_IMAGES_KEY, "")).splitlines())
+    return list(dict.fromkeys(line for line in lines if line))
 
 
 def prepull_images(job: AgentRLJob, dataset_images: Iterable[str]) -> list[str]:
@@ -182,8 +218,7 @@ def prepull_daemonsets(
     pods (E2B and local sandboxes do not run on the cluster's nodes). ``dataset_images``: the
     task images the dataset names; ``nodes``: how many nodes match
     ``spec.sandbox.nodeSelector`` (for the pull budget)."""
-    sandbox = job.spec.sandbox
-    if not sandbox.pre_pull.enabled or sandbox.provider != SandboxProvider.KUBERNETES:
+    if not wanted(job):
         return []
     images = prepull_images(job, dataset_images)
     chunks = chunk_images(images)

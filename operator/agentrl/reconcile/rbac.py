@@ -3,6 +3,8 @@ that workload calls, in the job's namespace only.
 
 * ``NAME-rollout``: the kubernetes sandbox provider (in the rollout workers) creates, watches
   and deletes sandbox pods, execs into them and reads their logs.
+* ``NAME-trainer``: the driver annotates its own pod with its progress, posts Events and, when
+  pre-pull is on, writes the dataset's task images into the ``NAME-task-images`` ConfigMap.
 * ``NAME-engine``: the watchdog sidecar annotates its own pod (only the engine pods, by name),
   posts Events on the job and reads the job (for its uid).
 
@@ -54,13 +56,24 @@ def watchdog_rules(job: AgentRLJob) -> list[dict[str, Any]]:
     ]
 
 
-def trainer_rules() -> list[dict[str, Any]]:
+def trainer_rules(job: AgentRLJob, *, task_images: bool) -> list[dict[str, Any]]:
     """The trainer driver's rules: it writes its progress annotation on its own pod (whose name
-    the Job generates, so the rule cannot name it) and posts Events."""
-    return [
+    the Job generates, so the rule cannot name it) and posts Events; with ``task_images``
+    (pre-pull on) it also writes the dataset's images into ``NAME-task-images``, that
+    ConfigMap only."""
+    rules = [
         _rule(["pods"], ["get", "patch"]),
         _rule(["events"], ["create"]),
     ]
+    if task_images:
+        rules.append(
+            _rule(
+                ["configmaps"],
+                ["get", "patch"],
+                resource_names=[names.task_images(job.metadata.name)],
+            )
+        )
+    return rules
 
 
 def service_account(

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from agentrl.api import AgentRLJob
-from agentrl.reconcile import names
+from agentrl.reconcile import names, prepull
 from agentrl.reconcile.configmap import trainer_master_addr
 from agentrl.reconcile.constants import (
     ANNOTATION_JOB_COMPLETION_INDEX,
@@ -85,7 +85,17 @@ def trainer_env(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> list[dic
         {"name": "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "value": "1"},
         *network_env(job),
         *sandbox_env(job),  # episodes run here with --no-ray
+        *task_images_env(job),
     ]
+
+
+def task_images_env(job: AgentRLJob) -> list[dict[str, Any]]:
+    """``AGENTRL_TASK_IMAGES_CONFIGMAP`` when pre-pull is on: the ConfigMap the driver writes the
+    dataset's task images into (:mod:`agentrl.reconcile.prepull`)."""
+    if not prepull.wanted(job):
+        return []
+    name = names.task_images(job.metadata.name)
+    return [{"name": "AGENTRL_TASK_IMAGES_CONFIGMAP", "value": name}]
 
 
 def trainer_rbac(job: AgentRLJob, ctx: BuildContext) -> list[dict[str, Any]]:
@@ -95,7 +105,7 @@ def trainer_rbac(job: AgentRLJob, ctx: BuildContext) -> list[dict[str, Any]]:
         ctx,
         name=names.trainer(job.metadata.name),
         component=Component.TRAINER,
-        rules=trainer_rules(),
+        rules=trainer_rules(job, task_images=prepull.wanted(job)),
     )
 
 

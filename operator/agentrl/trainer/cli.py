@@ -92,6 +92,9 @@ class TrainerEnv(BaseModel):
     master_port: int = Field(default=29500, ge=1, le=65535)
     checkpoint_dir: Path = Path(CHECKPOINT_MOUNT_PATH)
     attempt: int = Field(default=0, ge=0)
+    task_images_configmap: str | None = None
+    """``AGENTRL_TASK_IMAGES_CONFIGMAP``: where the driver writes the dataset's task images for
+    the operator's pre-pull (set only when pre-pull is on)."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     """``AGENTRL_METRICS_PORT``: where the driver serves ``/metrics`` (its own and the rollout
     workers' series); None serves none."""
@@ -113,6 +116,7 @@ class TrainerEnv(BaseModel):
             "checkpoint_dir": env.get("AGENTRL_CHECKPOINT_DIR"),
             "attempt": env.get("AGENTRL_TRAINER_ATTEMPT"),
             "metrics_port": env.get("AGENTRL_METRICS_PORT"),
+            "task_images_configmap": env.get("AGENTRL_TASK_IMAGES_CONFIGMAP"),
             "local_rank": env.get("LOCAL_RANK"),
         }
         return cls.model_validate({k: v for k, v in pairs.items() if v not in (None, "")})
@@ -291,13 +295,14 @@ async def drive(
     from agentrl.rollout.admission import StalenessAdmission
     from agentrl.rollout.metrics_export import WorkerMetrics, serve
     from agentrl.rollout.tasks import load_tasks, split_held_out
+    from agentrl.trainer import task_images
     from agentrl.trainer.checkpoint import CheckpointStore, DriverState
     from agentrl.trainer.loop import TaskOrder, TaskStream
     from agentrl.trainer.progress import ProgressTracker, reporter_for
 
     spec = config.job.spec
     tasks = load_tasks(spec.dataset)
-    train, _ = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
+    train, held_out = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
     checkpoints = CheckpointStore(config.env.checkpoint_dir / CHECKPOINT_SUBDIR)
     if dry_run:  # report what a start would resume from, without reading it
         state = DriverState(step=(checkpoints.steps() or [0])[-1])
@@ -331,6 +336,17 @@ async def drive(
         for client in clients:
             await client.close()
         return built
+    sink = task_images.sink_for(config.env)
+    if sink is not None:  # pre-pull is on: tell the operator which images the tasks need
+        await task_images.publish(
+            sink,
+            task_images.images_in_draw_order(
+                stream.order,
+                cursor=state.task_cursor,
+                pending=state.pending_positions,
+                held_out=held_out,
+            ),
+        )
     admission = StalenessAdmission(
         trajectories_per_step=spec.trainer.trajectories_per_step,
         max_staleness=spec.trainer.async_.max_staleness,
