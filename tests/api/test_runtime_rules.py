@@ -26,6 +26,9 @@ def _errors(patch: dict[str, Any]) -> list[tuple[str, str]]:
     return [(e.path, e.message) for e in errors]
 
 
+#: The CPU engine a torch-backend job runs on a cluster.
+TINY_ENGINE: dict[str, Any] = {"server": "tiny", "gpusPerEngine": 0}
+
 #: (spec patch, field, exact message): one per rule, shared with the API-server test that
 #: holds the server's own words (CEL ``messageExpression``) to the same text.
 RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
@@ -38,24 +41,25 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
     ),
     (
         {
+            "inference": TINY_ENGINE,
             "trainer": {
                 "backend": "torch",
                 "gpusPerNode": 0,
                 "parallelism": {"tensor": 2, "expert": 4},
-            }
+            },
         },
         "spec.trainer.parallelism",
         "parallelism is for the megatron backend: backend torch trains one unsharded model, "
         "so tensor, pipeline, context and expert must all be 1 (got 2, 1, 1, 4)",
     ),
     (
-        {"trainer": {"backend": "torch", "gpusPerNode": 0, "nodes": 2}},
+        {"inference": TINY_ENGINE, "trainer": {"backend": "torch", "gpusPerNode": 0, "nodes": 2}},
         "spec.trainer.nodes",
         "nodes must be 1 for backend torch (got 2): it trains one model in one process, with "
         "no ranks to follow the driver; use backend megatron for more",
     ),
     (
-        {"trainer": {"backend": "torch", "gpusPerNode": 8}},
+        {"inference": TINY_ENGINE, "trainer": {"backend": "torch", "gpusPerNode": 8}},
         "spec.trainer.gpusPerNode",
         "gpusPerNode must be 0 or 1 for backend torch (got 8): every GPU is a trainer rank, "
         "and the torch backend has one (on the CPU); use backend megatron for more",
@@ -75,6 +79,41 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
         "parallelism.expert (8) does not fit: nodes × gpusPerNode (8) must be a multiple of "
         "tensor × expert × pipeline (16), the size megatron-core gives each expert-parallel "
         "layout (expert must divide the data-parallel × context ranks of a pipeline stage)",
+    ),
+    (
+        {"inference": {"gpusPerEngine": 0}},
+        "spec.inference.gpusPerEngine",
+        "gpusPerEngine 0: SGLang needs at least one GPU per engine; set gpusPerEngine to 1 or "
+        "more, or server tiny for a CPU engine",
+    ),
+    (
+        {
+            "inference": {"server": "tiny", "gpusPerEngine": 1},
+            "trainer": {"backend": "torch", "gpusPerNode": 0},
+        },
+        "spec.inference.gpusPerEngine",
+        "server tiny runs on CPU and would leave its 1 GPUs idle: set gpusPerEngine to 0",
+    ),
+    (
+        {
+            "inference": {**TINY_ENGINE, "extraArgs": ["--log-requests"]},
+            "trainer": {"backend": "torch", "gpusPerNode": 0},
+        },
+        "spec.inference.extraArgs",
+        "extraArgs are SGLang flags and server tiny takes none: remove them",
+    ),
+    (
+        {"inference": TINY_ENGINE},
+        "spec.inference.server",
+        "inference.server tiny serves the built-in tiny policy, which only trainer.backend "
+        "torch trains: set trainer.backend torch, or inference.server sglang",
+    ),
+    (
+        {"trainer": {"backend": "torch", "gpusPerNode": 0}},
+        "spec.inference.server",
+        "trainer.backend torch trains the built-in tiny policy, which SGLang cannot serve: on a "
+        "cluster set inference.server tiny (with gpusPerEngine 0), or use trainer.backend "
+        "megatron",
     ),
     (
         {"inference": {"extraArgs": ["--log-requests", "--context-length=131072"]}},

@@ -20,6 +20,7 @@ import yaml
 from tests.factories import make_job
 
 from agentrl.api import AgentRLJob
+from agentrl.api.engine import EngineServer
 from agentrl.devcluster import sglang_env
 from agentrl.reconcile import engine_flags
 
@@ -35,7 +36,11 @@ def _examples() -> dict[str, AgentRLJob]:
     for path in sorted(EXAMPLES.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "AgentRLJob":
-                jobs[f"example {path.relative_to(EXAMPLES)}"] = AgentRLJob.model_validate(doc)
+                job = AgentRLJob.model_validate(doc)
+                # server tiny launches agentrl engine serve-tiny, not SGLang: its arguments are
+                # checked against that command (tests/reconcile/test_tiny_engine_pods.py)
+                if job.spec.inference.server == EngineServer.SGLANG:
+                    jobs[f"example {path.relative_to(EXAMPLES)}"] = job
     return jobs
 
 

@@ -187,3 +187,28 @@ def test_with_e2b_the_pods_that_run_episodes_get_the_api_key_from_the_secret_not
     # other providers get no such variable
     plain = _worker_pod(make_job("swe").obj())["containers"][0]["env"]
     assert "E2B_API_KEY" not in {e["name"] for e in plain}
+
+
+@pytest.mark.parametrize(("cpu", "offered"), [("250m", 1), ("3", 3), ("3500m", 3)])
+def test_rollout_workers_request_and_offer_the_spec_cpu(cpu: str, offered: int) -> None:
+    job = make_job("swe").with_spec("rollout.cpu", cpu).with_spec("rollout.memory", "1Gi").obj()
+    container = _worker_pod(job)["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": cpu, "memory": "1Gi"}}
+    # whole CPUs, at least one: a 250m worker still runs one episode actor
+    assert f"--num-cpus={offered}" in container["command"]
+    assert f'--resources={{"agentrl_rollout_node": {offered}}}' in container["command"]
+
+
+def test_rollout_workers_go_where_the_spec_places_them() -> None:
+    toleration = {"key": "agentrl.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    job = (
+        make_job("swe")
+        .with_spec("rollout.nodeSelector", {"agentrl.dev/real-node": "true"})
+        .with_spec("rollout.tolerations", [toleration])
+        .obj()
+    )
+    pod = _worker_pod(job)
+    assert pod["nodeSelector"] == {"agentrl.dev/real-node": "true"}
+    assert pod["tolerations"] == [toleration]
+    plain = _worker_pod(make_job("swe").obj())
+    assert "nodeSelector" not in plain and "tolerations" not in plain

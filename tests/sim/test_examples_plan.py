@@ -11,6 +11,7 @@ import yaml
 from agentrl.api import AgentRLJob
 from agentrl.sim.params import SimControl, SimParams
 from agentrl.sim.plan import plan_job
+from agentrl.sim.static_plan import PlanInputError
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 QUICK = SimParams(sim=SimControl(warmup_seconds=300, measure_seconds=900, measure_steps=1,
@@ -25,7 +26,12 @@ def test_there_are_examples_to_plan() -> None:
 def test_example_plans_without_error(path: Path) -> None:
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "AgentRLJob"]
     for doc in docs:
-        plan = plan_job(AgentRLJob.model_validate(doc), QUICK)
+        job = AgentRLJob.model_validate(doc)
+        if job.spec.inference.gpus_per_engine == 0:  # server tiny: CPU engines, no GPU plan
+            with pytest.raises(PlanInputError, match="server tiny runs its engines on CPU"):
+                plan_job(job, QUICK)
+            continue
+        plan = plan_job(job, QUICK)
         assert plan.static.kv_pool_tokens_per_engine > 0
         assert plan.simulation.trajectories_per_hour > 0
         assert plan.bottleneck

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
 from pydantic import Field
 
@@ -316,13 +317,25 @@ class WatchdogSpec(ManifestModel):
     """The crash-loop guard's window (seconds)."""
 
 
+class EngineServer(StrEnum):
+    """What serves the policy in each engine pod."""
+
+    SGLANG = "sglang"
+    TINY = "tiny"
+
+
 class InferenceSpec(ManifestModel):
     """``spec.inference``: SGLang engines, one per pod."""
 
+    server: EngineServer = EngineServer.SGLANG
+    """``sglang`` (the engine image's SGLang, on GPUs) or ``tiny`` (the built-in tiny policy
+    behind SGLang's HTTP API on CPU, ``agentrl engine serve-tiny``: the cluster path without
+    GPUs, with ``gpusPerEngine: 0`` and ``trainer.backend: torch``). The same builders make both
+    engines' pods; only the container's command and arguments differ."""
     engines: int = Field(default=1, ge=1, le=1024)
     """Number of engine replicas (pods)."""
-    gpus_per_engine: int = Field(default=1, ge=1, le=8)
-    """GPUs per engine = tensor-parallel size (``--tp-size``)."""
+    gpus_per_engine: int = Field(default=1, ge=0, le=8)
+    """GPUs per engine = tensor-parallel size (``--tp-size``); 0 only with ``server: tiny``."""
     context_length: int = Field(default=65536, ge=512, le=1_048_576)
     """Engine-side context cap in tokens (``--context-length``). Mandatory: without it runaway
     generations fill the KV cache and stall every other request on the engine."""
@@ -365,6 +378,37 @@ class InferenceSpec(ManifestModel):
 
     cel_rules = (
         node_selector_rule("nodeSelector", "node_selector"),
+        Rule(
+            cel="self.server != 'sglang' || self.gpusPerEngine >= 1",
+            message_expression="'gpusPerEngine 0: SGLang needs at least one GPU per engine; set "
+            "gpusPerEngine to 1 or more, or server tiny for a CPU engine'",
+            field_path=".gpusPerEngine",
+            check=lambda s: s.server != EngineServer.SGLANG or s.gpus_per_engine >= 1,
+            message=lambda s: (
+                "gpusPerEngine 0: SGLang needs at least one GPU per engine; set gpusPerEngine "
+                "to 1 or more, or server tiny for a CPU engine"
+            ),
+        ),
+        Rule(
+            cel="self.server != 'tiny' || self.gpusPerEngine == 0",
+            message_expression="'server tiny runs on CPU and would leave its %d GPUs idle: set "
+            "gpusPerEngine to 0'.format([self.gpusPerEngine])",
+            field_path=".gpusPerEngine",
+            check=lambda s: s.server != EngineServer.TINY or s.gpus_per_engine == 0,
+            message=lambda s: (
+                f"server tiny runs on CPU and would leave its {s.gpus_per_engine} GPUs idle: "
+                "set gpusPerEngine to 0"
+            ),
+        ),
+        Rule(
+            cel="self.server != 'tiny' || self.extraArgs.size() == 0",
+            message_expression="'extraArgs are SGLang flags and server tiny takes none: remove "
+            "them'",
+            field_path=".extraArgs",
+            check=lambda s: s.server != EngineServer.TINY or not s.extra_args,
+            message=lambda s: "extraArgs are SGLang flags and server tiny takes none: remove them",
+            reason="FieldValueForbidden",
+        ),
         Rule(
             # refuses any graph-disabling flag in extraArgs, in any spelling argparse accepts
             cel=f"!self.extraArgs.exists(a, {_CEL_GRAPH})",

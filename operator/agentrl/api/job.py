@@ -85,6 +85,35 @@ class AgentRLJobSpec(ManifestModel):
             ),
         ),
         Rule(
+            cel="self.inference.server != 'tiny' || self.trainer.backend == 'torch'",
+            message_expression="'inference.server tiny serves the built-in tiny policy, which "
+            "only trainer.backend torch trains: set trainer.backend torch, or inference.server "
+            "sglang'",
+            field_path=".inference.server",
+            check=lambda s: s.inference.server != "tiny" or s.trainer.backend == "torch",
+            message=lambda s: (
+                "inference.server tiny serves the built-in tiny policy, which only "
+                "trainer.backend torch trains: set trainer.backend torch, or inference.server "
+                "sglang"
+            ),
+        ),
+        Rule(
+            cel="self.trainer.backend != 'torch' || self.sandbox.provider == 'local' || "
+            "self.inference.server == 'tiny'",
+            message_expression="'trainer.backend torch trains the built-in tiny policy, which "
+            "SGLang cannot serve: on a cluster set inference.server tiny (with gpusPerEngine "
+            "0), or use trainer.backend megatron'",
+            field_path=".inference.server",
+            check=lambda s: s.trainer.backend != "torch"
+            or s.sandbox.provider == "local"
+            or s.inference.server == "tiny",
+            message=lambda s: (
+                "trainer.backend torch trains the built-in tiny policy, which SGLang cannot "
+                "serve: on a cluster set inference.server tiny (with gpusPerEngine 0), or use "
+                "trainer.backend megatron"
+            ),
+        ),
+        Rule(
             cel="self.trainer.backend != 'megatron' || self.sandbox.provider != 'local'",
             message_expression="'sandbox.provider local runs on one machine and needs "
             "trainer.backend torch; use provider kubernetes or e2b with megatron'",

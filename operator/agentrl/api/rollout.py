@@ -7,7 +7,9 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import ManifestModel
+from agentrl.api.base import LabelStr, ManifestModel
+from agentrl.api.engine import Toleration, node_selector_rule
+from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
 
@@ -74,10 +76,19 @@ class RolloutSpec(ManifestModel):
     workers: int = Field(default=1, ge=1, le=1024)
     """Rollout worker processes (pods on a cluster, Ray actors locally); episodes are spread
     over them so one core never serializes all LLM calls."""
+    cpu: Quantity = "2"
+    """CPU request of a rollout worker pod; it offers Ray this many whole CPUs (at least 1)."""
+    memory: Quantity = "4Gi"
+    """Memory request of a rollout worker pod."""
+    node_selector: dict[LabelStr, LabelStr] = Field(default_factory=dict, max_length=32)
+    """Node labels rollout worker pods require (CPU nodes; they need no GPU)."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    """Tolerations of rollout worker pods, for tainted CPU node pools."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """What each terminal class does to training."""
 
     cel_rules = (
+        node_selector_rule("nodeSelector", "node_selector"),
         Rule(
             cel="self.maxTokensPerTurn <= self.maxTrajectoryTokens",
             message_expression="'maxTokensPerTurn (%d) must not exceed maxTrajectoryTokens (%d)'"

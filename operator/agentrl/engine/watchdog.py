@@ -55,6 +55,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from agentrl.api import AgentRLJob
+from agentrl.api.engine import EngineServer
 from agentrl.engine import faults
 from agentrl.engine.client import MODEL_INFO_PATH
 from agentrl.engine.processes import EngineProcesses
@@ -131,6 +132,11 @@ class WatchdogConfig(BaseModel):
             "max_restarts": spec.watchdog.max_restarts,
             "restart_window_seconds": spec.watchdog.restart_window_seconds,
             "recover_timeout_seconds": spec.startup_timeout_seconds,
+            "engine_cmdline": (
+                engine_flags.TINY_CMDLINE
+                if spec.server == EngineServer.TINY
+                else engine_flags.SGLANG_MODULE
+            ),
         }
         values.update(overrides)
         return cls.model_validate(values)

@@ -5,7 +5,9 @@ Each pod runs two containers in one process namespace (``shareProcessNamespace``
 
 * ``engine`` — the engine image's entrypoint (``agentrl engine launch``) with the SGLang flags
   of ``engine_flags.launch_args`` as its arguments, so the pod shows exactly the flags the engine
-  starts with and a changed flag rolls the StatefulSet. It requests
+  starts with and a changed flag rolls the StatefulSet. With ``spec.inference.server: tiny`` the
+  same container runs ``agentrl engine serve-tiny`` (``engine_flags.tiny_args``) on CPU instead:
+  the rest of the pod is the same. It requests
   ``spec.inference.gpuResource`` × ``gpusPerEngine``; ``/dev/shm`` is memory-backed; its log goes
   to an emptyDir the watchdog reads.
 * ``watchdog`` — ``agentrl engine watchdog``: it reads the engine log for GPU fault signatures,
@@ -27,17 +29,20 @@ import math
 from typing import Any, Final
 
 from agentrl.api import AgentRLJob
+from agentrl.api.engine import EngineServer
 from agentrl.reconcile import names
 from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.engine_flags import (
     ENGINE_PORT,
     LOG_VOLUME_PATH,
+    TINY_COMMAND,
     WATCHDOG_LIVE_PATH,
     WATCHDOG_PORT,
     WATCHDOG_READY_PATH,
     launch_args,
     rocm_env,
+    tiny_args,
 )
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
@@ -174,12 +179,19 @@ def engine_container(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
     """The SGLang container."""
     inference = job.spec.inference
     _, model_mounts = model_volumes(job)
+    if inference.server == EngineServer.TINY:
+        # the tiny CPU engine: no GPU, so no ROCm environment
+        run: dict[str, Any] = {"command": list(TINY_COMMAND), "args": tiny_args(job, ENGINE_PORT)}
+        env = _job_identity_env(job, ctx)
+    else:
+        # No command: the image's entrypoint (`agentrl engine launch`) receives the flags.
+        run = {"args": launch_args(job, ENGINE_PORT)}
+        env = [*_job_identity_env(job, ctx), *env_list(rocm_env(job))]
     return {
         "name": "engine",
         "image": inference.image,
-        # No command: the image's entrypoint (`agentrl engine launch`) receives the flags.
-        "args": launch_args(job, ENGINE_PORT),
-        "env": [*_job_identity_env(job, ctx), *env_list(rocm_env(job))],
+        **run,
+        "env": env,
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "resources": gpu_resources(
             cpu=inference.cpu,

@@ -333,6 +333,33 @@ def launch_args_with_sources(job: AgentRLJob, port: int = ENGINE_PORT) -> list[t
     return out
 
 
+#: The container command of a ``server: tiny`` engine (a verb of the agentrl CLI in the engine
+#: image); the watchdog finds that process by :data:`TINY_CMDLINE`.
+TINY_COMMAND: Final = ("agentrl", "engine", "serve-tiny")
+TINY_CMDLINE: Final = "serve-tiny"
+
+
+def tiny_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
+    """The ``agentrl engine serve-tiny`` arguments of a ``server: tiny`` engine: the same model
+    path, served name, context, request cap and initial weight version an SGLang engine gets,
+    the log where the watchdog reads it, and the dataset's seed, from which the trainer builds
+    the same initial policy (weight version 0 is identical on both sides)."""
+    inference = job.spec.inference
+    # fmt: off
+    return [
+        "--model-path", model_path(job),
+        "--served-model-name", job.spec.model.served_name,
+        "--host", "0.0.0.0",
+        "--port", str(port),
+        "--weight-version", INITIAL_WEIGHT_VERSION,
+        "--context-length", str(inference.context_length),
+        "--max-running-requests", str(inference.max_running_requests),
+        "--seed", str(job.spec.dataset.seed),
+        "--log-file", ENGINE_LOG_FILE,
+    ]
+    # fmt: on
+
+
 def launch_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
     """The ``sglang.launch_server`` arguments for ``job`` (without the interpreter and module).
 

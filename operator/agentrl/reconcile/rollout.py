@@ -24,12 +24,15 @@ fixes. A claim mounted by engine, trainer and rollout pods on several nodes must
 (``ReadOnlyMany`` or ``ReadWriteMany``), as it already must for engines on several nodes.
 
 CPUs: ``ray start`` offers Ray ``--num-cpus`` equal to the pod's CPU request
-(:data:`WORKER_RAY_CPUS`, from :data:`WORKER_REQUESTS`). Without it Ray counts the CPUs the
+(:func:`ray_cpus`, from ``spec.rollout.cpu``). Without it Ray counts the CPUs the
 container sees, which with a request and no limit is the whole node (say 128). The rollout
 workers' placement group (``trainer.placement``: one ``{"CPU": 1}`` bundle per worker, SPREAD)
 spreads only softly, so one such pod, for instance the first to join, could take every bundle
 and run all the workers on a node where the scheduler reserved only its request. Offering the
 request keeps a pod's workers within what was reserved for it.
+
+Placement: ``spec.rollout.nodeSelector`` and ``tolerations`` (CPU node pools; on the local
+cluster, the real node).
 
 Replicas: ``spec.rollout.workers``, 0 while suspended or finished. The pod template does not
 depend on the sandbox concurrency, so ``kubectl scale`` never restarts a worker: the workers
@@ -41,7 +44,7 @@ Called by ``children.desired_children``.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
@@ -61,24 +64,39 @@ from agentrl.reconcile.pods import (
 )
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
-#: Requests of one worker (no limits: asyncio episodes and tokenisation burst on CPU, and a
-#: CPU limit would throttle every episode of the worker at once).
-WORKER_REQUESTS: Final = {"cpu": "2", "memory": "4Gi"}
-#: CPUs a worker pod offers Ray: its CPU request in whole CPUs (``ray start --num-cpus`` takes an
-#: integer), at least 1. Not the CPUs the container sees: without a limit that is the whole node.
-WORKER_RAY_CPUS: Final = max(math.floor(parse_quantity(WORKER_REQUESTS["cpu"])), 1)
-#: A rollout worker is a Ray worker joining the trainer's head; it offers no GPU and
-#: :data:`WORKER_RAY_CPUS` CPUs.
-WORKER_COMMAND: Final = [
-    "ray",
-    "start",
-    "--block",
-    "--address=$(RAY_HEAD_ADDRESS)",
-    "--num-gpus=0",
-    f"--num-cpus={WORKER_RAY_CPUS}",
-    # Room for as many rollout worker bundles as CPUs; only rollout pods offer it.
-    f'--resources={{"{ROLLOUT_NODE_RESOURCE}": {WORKER_RAY_CPUS}}}',
-]
+
+def ray_cpus(job: AgentRLJob) -> int:
+    """CPUs a worker pod offers Ray: its CPU request (``spec.rollout.cpu``) in whole CPUs
+    (``ray start --num-cpus`` takes an integer), at least 1. Not the CPUs the container sees:
+    without a limit that is the whole node."""
+    return max(math.floor(parse_quantity(job.spec.rollout.cpu)), 1)
+
+
+def worker_command(job: AgentRLJob) -> list[str]:
+    """A rollout worker is a Ray worker joining the trainer's head; it offers no GPU and
+    :func:`ray_cpus` CPUs, and room for as many rollout worker bundles (only rollout pods offer
+    it)."""
+    cpus = ray_cpus(job)
+    return [
+        "ray",
+        "start",
+        "--block",
+        "--address=$(RAY_HEAD_ADDRESS)",
+        "--num-gpus=0",
+        f"--num-cpus={cpus}",
+        f'--resources={{"{ROLLOUT_NODE_RESOURCE}": {cpus}}}',
+    ]
+
+
+def _placement(job: AgentRLJob) -> dict[str, Any]:
+    """``spec.rollout.nodeSelector`` and ``tolerations``, when set."""
+    rollout = job.spec.rollout
+    out: dict[str, Any] = {}
+    if rollout.node_selector:
+        out["nodeSelector"] = dict(sorted(rollout.node_selector.items()))
+    if rollout.tolerations:
+        out["tolerations"] = [t.to_manifest() for t in rollout.tolerations]
+    return out
 
 
 def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
@@ -91,18 +109,23 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "automountServiceAccountToken": True,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         **pull_secrets(job),
+        **_placement(job),
         "containers": [
             {
                 "name": "rollout",
                 "image": ctx.rollout_image(job),
-                "command": list(WORKER_COMMAND),
+                "command": worker_command(job),
                 "env": [
                     *identity_env(),
                     {"name": "AGENTRL_JOB_NAME", "value": job.metadata.name},
                     {"name": "RAY_HEAD_ADDRESS", "value": f"{master}:{RAY_HEAD_PORT}"},
                     *sandbox_env(job),
                 ],
-                "resources": {"requests": dict(WORKER_REQUESTS)},
+                # no limits: asyncio episodes and tokenisation burst on CPU, and a CPU limit
+                # would throttle every episode of the worker at once
+                "resources": {
+                    "requests": {"cpu": job.spec.rollout.cpu, "memory": job.spec.rollout.memory}
+                },
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},

@@ -144,6 +144,11 @@ def build_static_plan(job: AgentRLJob, params: SimParams, overrides: SimOverride
         notes.append(f"no amd.com/gpu.product-name in inference.nodeSelector: assumed "
                      f"{gpu.name} ({gpu.memory_gib:g} GiB)")
     tp = inf.gpus_per_engine
+    if tp == 0:
+        raise PlanInputError(
+            "inference.server tiny runs its engines on CPU: the capacity plan models GPU "
+            "engines (SGLang's KV cache and HBM); there is nothing to plan"
+        )
     kv_dtype = "bfloat16" if inf.kv_cache_dtype == "auto" else inf.kv_cache_dtype
     bpt = kvcache.kv_bytes_per_token(arch, kv_dtype, tp)
     weights = kvcache.weight_bytes_per_gpu(arch, spec.model.dtype, tp)

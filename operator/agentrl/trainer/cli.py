@@ -218,7 +218,8 @@ def build_weight_sync(config: TrainerConfig, backend: Any, clients: list[Any], s
         master_address=config.env.master_addr,
         master_port=config.env.master_port + WEIGHT_GROUP_PORT_OFFSET,
         backend="nccl" if torch.cuda.is_available() else "gloo",
-        ranks_per_engine=config.job.spec.inference.gpus_per_engine,
+        # a CPU engine (server tiny, 0 GPUs) receives in one rank, like a 1-GPU engine
+        ranks_per_engine=max(config.job.spec.inference.gpus_per_engine, 1),
         interface=trainer.network.nccl_socket_ifname,
         export=backend.export_weights,
         weights_dir=root,
