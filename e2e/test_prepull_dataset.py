@@ -124,14 +124,18 @@ async def test_the_operator_pre_pulls_the_images_the_trainer_writes_for_its_data
     def pulled() -> Any:
         items = kubectl.json("get", "daemonsets", "-l", f"agentrl.dev/job={name}")["items"]
         result = prepull_progress(items)
-        return (items, result) if result is not None and result.done else None
+        # before the trainer's list, the DaemonSet pulls the sandbox image alone (and is soon
+        # done with it): wait for the template that names the trainer's images
+        listed = [
+            [c["image"] for c in ds["spec"]["template"]["spec"]["initContainers"][1:]]
+            for ds in items
+        ]
+        wanted = listed == [["python:3.11-slim", *images]]
+        return result if wanted and result is not None and result.done else None
 
-    items, done = await asyncio.to_thread(
+    done = await asyncio.to_thread(
         wait_for, pulled, timeout=120, interval=1, what="the trainer's images pre-pulled"
     )
-    [ds] = items
-    listed = [c["image"] for c in ds["spec"]["template"]["spec"]["initContainers"][1:]]
-    assert listed == ["python:3.11-slim", *images]
     matching = [
         n
         for n in kubectl.json("get", "nodes")["items"]
