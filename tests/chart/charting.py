@@ -129,6 +129,8 @@ NAMESPACED_NEEDS: set[tuple[str, str, str]] = (
     | triples("", ["pods/log"], ["get"])
     | triples("", ["events"], ["create", "patch"])
     | triples("", ["resourcequotas"], ["get", "list", "watch"])
+    # the job's Ray token Secret, created once; Secrets are never read
+    | triples("", ["secrets"], ["create"])
 )
 
 #: Cluster-scoped reads in every mode: kopf's CRD scanning, and the node count that sizes the

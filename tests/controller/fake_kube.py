@@ -55,6 +55,14 @@ class FakeKube:
         self.calls.append(("apply", obj["kind"]))
         self.children[(obj["kind"], obj["metadata"]["name"])] = obj
 
+    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        self.calls.append(("create", obj["kind"]))
+        ident = (obj["kind"], obj["metadata"]["name"])
+        if ident in self.children:
+            return False
+        self.children[ident] = obj
+        return True
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch", "status"))
         if self.fail_status_patch:

@@ -32,12 +32,14 @@ async def test_a_new_job_gets_every_child_then_one_status_write_then_events() ->
     api = FakeKube(_job())
     await _reconciler(api).reconcile(KEY)
     writes = api.writes()
+    # the Ray token Secret first (created once, before the pods that reference it)
+    assert writes[0] == ("create", "Secret")
     applies = [w for w in writes if w[0] == "apply"]
     # ConfigMap, PVC, 3 engine RBAC, 3 rollout RBAC, 3 trainer RBAC, NetworkPolicy, engine
     # Service and PDB, StatefulSet, trainer Service, trainer Job, rollout Deployment: 18
     assert len(applies) == 18
     first_status = writes.index(("patch", "status"))
-    assert all(w[0] == "apply" for w in writes[:first_status])
+    assert all(w[0] == "apply" for w in writes[1:first_status])
     assert writes.count(("patch", "status")) == 1
     assert all(w == ("create", "Event") for w in writes[first_status + 1 :])
 
@@ -61,6 +63,10 @@ async def test_after_forget_applied_every_child_is_applied_again() -> None:
     await reconciler.reconcile(KEY)
     assert len([w for w in api.writes() if w[0] == "apply"]) == 18
     assert ("patch", "status") not in api.writes()
+    # the Secret is asked for again (a deleted one is made anew) and the existing one is kept
+    token = api.children[("Secret", "demo-ray-token")]
+    assert api.writes().count(("create", "Secret")) == 1
+    assert api.children[("Secret", "demo-ray-token")] is token
 
 
 async def test_no_event_is_posted_when_the_status_write_fails() -> None:

@@ -41,6 +41,10 @@ every rule of the Roles it creates for a job's rollout workers and engine watchd
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# The job's Ray token Secret: created once, never read (no get, list or watch on Secrets).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 # Pods: read for status, leaked sandboxes deleted; create/patch, exec and logs because the
 # rollout and watchdog Roles the operator creates grant them.
 - apiGroups: [""]

@@ -64,6 +64,10 @@ class KubeAPI(Protocol):
 
     async def apply(self, obj: dict[str, Any]) -> None: ...
 
+    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        """Create ``obj``; an existing object of that name is left as it is. True if created."""
+        ...
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
     async def scale(self, namespace: str, name: str, replicas: int) -> None: ...
@@ -149,6 +153,16 @@ class LightkubeAPI:
     async def apply(self, obj: dict[str, Any]) -> None:
         _count("apply", obj["kind"])
         await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+
+    async def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        _count("create", obj["kind"])
+        try:
+            await self.client.create(codecs.from_dict(obj), field_manager=FIELD_MANAGER)
+        except ApiError as exc:
+            if exc.status.code == 409:  # AlreadyExists: keep what is there
+                return False
+            raise
+        return True
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         _count("patch", "AgentRLJob/status")

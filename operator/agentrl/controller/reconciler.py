@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from agentrl.controller.engine_metrics import collect_engine_metrics
 from agentrl.controller.kube import KubeAPI
 from agentrl.controller.settings import OperatorSettings
 from agentrl.controller.workqueue import Key
-from agentrl.reconcile import labels, names, prepull
+from agentrl.reconcile import labels, names, prepull, ray_auth
 from agentrl.reconcile.constants import LABEL_COMPONENT, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import Observed, observe
@@ -95,11 +96,14 @@ class Reconciler:
         self.now = now or (lambda: datetime.now(UTC))  # injectable for tests
         self.tally = ConditionTally()
         self._applied: dict[Key, dict[tuple[str, str], str]] = {}
+        #: jobs whose Ray token Secret exists (created now or found): not created again
+        self._ray_tokens: set[Key] = set()
 
     def forget_applied(self, key: Key) -> None:
         """Re-apply every child of ``key`` on its next reconcile (a child was deleted, or it is
         the periodic resync)."""
         self._applied.pop(key, None)
+        self._ray_tokens.discard(key)  # a deleted token Secret is made again (a new token)
 
     async def reconcile(self, key: Key) -> float | None:
         """Reconcile one job; returns seconds after which to look again (None: on events)."""
@@ -109,6 +113,7 @@ class Reconciler:
             if body is None or body["metadata"].get("deletionTimestamp"):
                 self.tally.forget(key)
                 self._applied.pop(key, None)
+                self._ray_tokens.discard(key)
                 metrics.RECONCILES.labels(result="gone").inc()
                 return None
             job, errors = api_validation.validate_document(body)
@@ -157,6 +162,7 @@ class Reconciler:
             await self.api.delete_job(key.namespace, key.name)
             self.tally.forget(key)
             return None
+        await self._ensure_ray_token(key, job, ctx)
         await self._apply_children(key, decided.children)
         status, events = decided.status, list(decided.events)
         requeue = decided.requeue_after_seconds
@@ -187,6 +193,16 @@ class Reconciler:
             )
         self.tally.update(key, {c.type: c.status for c in status.conditions})
         return requeue
+
+    async def _ensure_ray_token(self, key: Key, job: AgentRLJob, ctx: BuildContext) -> None:
+        """The job's Ray token Secret, created once with a fresh random token (an existing one
+        is kept: running pods hold its token); before the pods that reference it."""
+        if key in self._ray_tokens:
+            return
+        secret = ray_auth.ray_token_secret(job, ctx, secrets.token_urlsafe(32))
+        if await self.api.create_if_absent(secret):
+            log.info("created the Ray token Secret %s/%s", key.namespace, names.ray_token(key.name))
+        self._ray_tokens.add(key)
 
     async def _prepull(self, key: Key, job: AgentRLJob, ctx: BuildContext) -> str | None:
         """Apply the pre-pull DaemonSets (and remove chunks no longer wanted); their progress.

@@ -75,6 +75,11 @@ def task_images(job: str) -> str:
     return f"{job}-task-images"
 
 
+def ray_token(job: str) -> str:
+    """``NAME-ray-token``: the Secret with the job's Ray authentication token."""
+    return f"{job}-ray-token"
+
+
 def checkpoints(job: str) -> str:
     """``NAME-checkpoints``: the checkpoint PVC made when the spec names no volume."""
     return f"{job}-checkpoints"
@@ -96,6 +101,7 @@ def _longest_derived_values(name: str) -> dict[str, str]:
         "sandbox pod": sandbox_pod_prefix(name) + "x" * SANDBOX_RANDOM_CHARS,
         "checkpoint PVC": checkpoints(name),
         "task images ConfigMap": task_images(name),
+        "Ray token Secret": ray_token(name),
         # a DaemonSet's pods append "-" and 5 random characters
         "pre-pull pod": prepull(name, 10**MAX_ORDINAL_DIGITS - 1) + "-xxxxx",
     }

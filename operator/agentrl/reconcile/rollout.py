@@ -62,6 +62,7 @@ from agentrl.reconcile.pods import (
     pull_secrets,
     sandbox_env,
 )
+from agentrl.reconcile.ray_auth import ray_auth_env
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
 
@@ -119,6 +120,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     *identity_env(),
                     {"name": "AGENTRL_JOB_NAME", "value": job.metadata.name},
                     {"name": "RAY_HEAD_ADDRESS", "value": f"{master}:{RAY_HEAD_PORT}"},
+                    *ray_auth_env(job),  # the head's token, or the worker cannot join
                     *sandbox_env(job),
                 ],
                 # no limits: asyncio episodes and tokenisation burst on CPU, and a CPU limit

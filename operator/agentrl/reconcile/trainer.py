@@ -50,6 +50,7 @@ from agentrl.reconcile.pods import (
     shm_mount,
     shm_volume,
 )
+from agentrl.reconcile.ray_auth import ray_auth_env
 from agentrl.reconcile.rbac import rbac_objects, trainer_rules
 
 
@@ -86,6 +87,7 @@ def trainer_env(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> list[dic
         *network_env(job),
         *sandbox_env(job),  # episodes run here with --no-ray
         *task_images_env(job),
+        *ray_auth_env(job),  # the head, the driver and every rank: the job's Ray token
     ]
 
 
