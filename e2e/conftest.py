@@ -49,6 +49,9 @@ class OperatorProcess:
                 str(self.health_port),
                 "--resync-seconds",
                 "5",
+                # simulated engines serve no /metrics: the autoscaler test feeds its load
+                # through the job's annotation, which only this test flag lets through
+                "--test-synthetic-engine-metrics",
                 "--log-level",
                 "info",
             ],

@@ -109,6 +109,8 @@ def test_chart_passes_only_flags_agentrl_operator_accepts(
                 (*param.opts, *getattr(param, "secondary_opts", []))}
     flags = {arg.split("=")[0] for arg in _container(helm.template(values))["args"]}
     assert flags <= accepted, flags - accepted
+    # test hooks (the synthetic engine metrics the autoscaler could act on) stay off
+    assert not [f for f in flags if f.startswith("--test-")]
 
 
 def test_values_reach_the_operator_command_line(helm: Helm) -> None:

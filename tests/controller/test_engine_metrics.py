@@ -12,6 +12,7 @@ from aiohttp import web
 
 from agentrl.controller.engine_metrics import (
     ANNOTATION_SYNTHETIC_ENGINE_METRICS,
+    SYNTHETIC_IGNORED,
     EnginePod,
     MetricsParseError,
     StaticFetch,
@@ -118,6 +119,7 @@ async def test_the_synthetic_annotation_replaces_scraping_and_keeps_the_observed
         job_body({ANNOTATION_SYNTHETIC_ENGINE_METRICS: json.dumps(synthetic)}),
         [engine_pod("demo-engine-0", "10.0.0.1")],
         observe(pods=sandboxes),
+        allow_synthetic=True,
         fetch=fetch,
     )
     assert fetch.requested == []
@@ -132,9 +134,26 @@ async def test_sandbox_counts_given_in_the_synthetic_annotation_win() -> None:
     synthetic = {"engines": [], "sandboxesPending": 7, "sandboxesUnschedulable": 5}
     metrics = await collect_engine_metrics(
         job_body({ANNOTATION_SYNTHETIC_ENGINE_METRICS: json.dumps(synthetic)}), [],
-        observe(pods=[]), fetch=StaticFetch({}),
+        observe(pods=[]), allow_synthetic=True, fetch=StaticFetch({}),
     )
     assert (metrics.sandboxes_pending, metrics.sandboxes_unschedulable) == (7, 5)
+
+
+async def test_without_the_test_flag_the_annotation_is_ignored_and_the_engines_scraped() -> None:
+    """What every production operator does (the chart never passes the test flag)."""
+    synthetic = {"engines": [{"pod": "fake-0", "runningRequests": 60, "queuedRequests": 40,
+                              "tokenUsage": 0.99}]}
+    pods = [engine_pod("demo-engine-0", "10.0.0.1")]
+    fetch = StaticFetch({"http://10.0.0.1:30000/metrics": IDLE_METRICS})
+    before = SYNTHETIC_IGNORED._value.get()
+    metrics = await collect_engine_metrics(
+        job_body({ANNOTATION_SYNTHETIC_ENGINE_METRICS: json.dumps(synthetic)}), pods,
+        observe(pods=pods), fetch=fetch,
+    )
+    assert fetch.requested == ["http://10.0.0.1:30000/metrics"]
+    assert [e.pod for e in metrics.engines] == ["demo-engine-0"]
+    assert [e.token_usage for e in metrics.engines] == [0.05]
+    assert SYNTHETIC_IGNORED._value.get() == before + 1
 
 
 async def test_a_malformed_synthetic_annotation_falls_back_to_scraping() -> None:
@@ -142,7 +161,7 @@ async def test_a_malformed_synthetic_annotation_falls_back_to_scraping() -> None
     fetch = StaticFetch({"http://10.0.0.1:30000/metrics": IDLE_METRICS})
     metrics = await collect_engine_metrics(
         job_body({ANNOTATION_SYNTHETIC_ENGINE_METRICS: '{"engines": [{"pod": 1'}), pods,
-        observe(pods=pods), fetch=fetch,
+        observe(pods=pods), allow_synthetic=True, fetch=fetch,
     )
     assert [e.token_usage for e in metrics.engines] == [0.05]
 

@@ -99,6 +99,14 @@ def peering_identity() -> str:
     help="Engine watchdog image [default: the engine image of each job].",
 )
 @click.option(
+    "--test-synthetic-engine-metrics",
+    "synthetic_engine_metrics",
+    is_flag=True,
+    hidden=True,
+    help="Test only: let a job's agentrl.dev/synthetic-engine-metrics annotation stand in for "
+    "the engines' /metrics (simulated engines serve none). Never in production.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -122,6 +130,7 @@ def operator(
     health_port: int,
     rollout_image: str | None,
     watchdog_image: str | None,
+    synthetic_engine_metrics: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -145,7 +154,13 @@ def operator(
         workers=workers,
         resync_seconds=resync_seconds,
         metrics_port=metrics_port,
+        synthetic_engine_metrics=synthetic_engine_metrics,
     )
+    if synthetic_engine_metrics:
+        logging.getLogger("agentrl.operator").warning(
+            "--test-synthetic-engine-metrics: jobs' synthetic-engine-metrics annotations stand "
+            "in for the engines' /metrics (a test flag; never in production)"
+        )
     registry, _ = register(settings)
     asyncio.run(
         kopf.operator(

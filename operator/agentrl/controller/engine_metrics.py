@@ -13,13 +13,16 @@ rank labels): ``sglang:num_running_reqs`` and ``sglang:num_queue_reqs``, summed 
 series (its data-parallel ranks each hold their own requests), and ``sglang:token_usage``, the
 highest of its series (the fullest KV cache is the one that retracts requests first).
 
-**Test and dry-run hook.** Simulated (kwok) engine pods serve no HTTP, and a dry run may want to
-see what the autoscaler would do under a given load. When the job carries the annotation
-:data:`ANNOTATION_SYNTHETIC_ENGINE_METRICS` (``agentrl.dev/synthetic-engine-metrics``), its
+**Test hook, off unless the operator is started with ``--test-synthetic-engine-metrics``.**
+Simulated (kwok) engine pods serve no HTTP. With that flag (``OperatorSettings.
+synthetic_engine_metrics``), a job carrying the annotation
+:data:`ANNOTATION_SYNTHETIC_ENGINE_METRICS` (``agentrl.dev/synthetic-engine-metrics``) has its
 value — ``EngineMetrics`` as camelCase JSON, e.g.
 ``{"engines": [{"pod": "e-0", "runningRequests": 4, "queuedRequests": 0, "tokenUsage": 0.2}]}``
-— is used instead of scraping. Sandbox counts it leaves out are taken from the cluster as usual.
-Never set it on a production job: the autoscaler then acts on made-up numbers.
+— used instead of scraping; sandbox counts it leaves out are taken from the cluster as usual.
+Without the flag (always, in the Helm chart) the annotation is ignored (logged and counted in
+``agentrl_operator_synthetic_metrics_ignored_total``): the autoscaler acts only on what the
+engines report.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ QUEUED: Final = "sglang:num_queue_reqs"
 TOKEN_USAGE: Final = "sglang:token_usage"
 #: Default time one engine has to answer /metrics (seconds).
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0
+
+SYNTHETIC_IGNORED = Counter(
+    "agentrl_operator_synthetic_metrics_ignored_total",
+    "Reconciles of jobs whose synthetic-engine-metrics annotation was ignored (the operator "
+    "runs without --test-synthetic-engine-metrics).",
+)
 
 SCRAPE_ERRORS = Counter(
     "agentrl_operator_engine_scrape_errors_total",
@@ -194,18 +203,28 @@ async def collect_engine_metrics(
     pods: Iterable[Mapping[str, Any]],
     observed: Observed,
     *,
+    allow_synthetic: bool = False,
     fetch: Fetch | None = None,
     port: int = ENGINE_PORT,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> EngineMetrics:
     """What the autoscaler decides from for one job.
 
-    ``job_body``: the job as read (for the synthetic hook); ``pods``: the job's pods as listed;
+    ``job_body``: the job as read (for the synthetic hook, honoured only with
+    ``allow_synthetic``); ``pods``: the job's pods as listed;
     ``observed``: the same snapshot the plan used (for the waiting sandboxes); ``fetch``: for
     tests (default: HTTP with ``timeout_seconds`` per engine).
     """
     pending, unschedulable = count_waiting_sandboxes(observed)
     synthetic = synthetic_metrics(job_body)
+    if synthetic is not None and not allow_synthetic:
+        SYNTHETIC_IGNORED.inc()
+        log.warning(
+            "ignoring %s on %s: the operator runs without --test-synthetic-engine-metrics",
+            ANNOTATION_SYNTHETIC_ENGINE_METRICS,
+            (job_body.get("metadata") or {}).get("name"),
+        )
+        synthetic = None
     if synthetic is not None:
         given = synthetic.model_fields_set
         return synthetic.model_copy(

@@ -248,7 +248,9 @@ class Reconciler:
     ) -> autoscale.ScaleDecision | None:
         """The built-in autoscaler: decide from the engines' metrics, write through /scale.
         Returns the decision when it moved concurrency (None when it held)."""
-        engine_metrics = await collect_engine_metrics(body, pods, observed)
+        engine_metrics = await collect_engine_metrics(
+            body, pods, observed, allow_synthetic=self.settings.synthetic_engine_metrics
+        )
         last = job.status.sandbox.last_scale_time if job.status else None
         decision = autoscale.decide(
             job,

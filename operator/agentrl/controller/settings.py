@@ -22,6 +22,10 @@ class OperatorSettings:
     deadlines the requeue missed)."""
     metrics_port: int = 8080
     """Port of the Prometheus endpoint (/metrics); 0 disables it."""
+    synthetic_engine_metrics: bool = False
+    """Test flag (``--test-synthetic-engine-metrics``): honour the
+    ``agentrl.dev/synthetic-engine-metrics`` annotation instead of scraping the engines. Off in
+    production (the Helm chart never sets it): the autoscaler acts only on what engines report."""
     retry_base_seconds: float = 1.0
     """First delay after a failed reconcile; doubles per consecutive failure of that job."""
     retry_max_seconds: float = 300.0
