@@ -14,7 +14,7 @@ lint-imports || exit 1
 # Everything the suite needs, built before pytest starts; stops here naming what is missing.
 agentrl dev prepare || exit 1
 
-python3 -m pytest -q -p no:cacheprovider "$@"
+python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
 status=$?
 # pytest exits 5 when it collected no test at all: that is a broken suite, not a pass.
 if [ "$status" -eq 5 ]; then
