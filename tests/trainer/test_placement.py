@@ -22,6 +22,7 @@ from agentrl.trainer.placement import (
     trainer_node_resources,
 )
 from tests.api.cases import BASE, merge
+from tests.factories import make_job
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 #: Every trainer-group bundle takes one unit of the resource only trainer nodes offer.
@@ -108,3 +109,20 @@ def test_gpu_ranks_spread_unevenly_over_nodes_are_refused() -> None:
     nodes = {i: ("a" if i < 5 else "b") for i in range(9)}
     with pytest.raises(PlacementError, match=r"unevenly.*gpusPerNode = 4"):
         assign_ranks(plan, nodes)
+
+
+def test_a_cpu_only_trainer_pod_of_a_fraction_of_a_cpu_still_fits_its_rank_and_driver() -> None:
+    """``trainer.cpu: 500m`` (a CPU cluster, the local real node): the pod offers Ray the two
+    CPUs its placement group asks for (a rank and the driver), or that group never fits."""
+    job = AgentRLJob.model_validate(
+        make_job("cpu")
+        .with_spec("trainer.backend", "torch")
+        .with_spec("trainer.gpusPerNode", 0)
+        .with_spec("trainer.cpu", "500m")
+        .manifest()
+    )
+    offer = trainer_node_resources(job.spec)
+    asked = plan_placement(job).trainer.bundles
+    assert sum(b.cpu for b in asked) == 2.0
+    assert offer.cpu == 2.0 and offer.gpu == 0
+    assert offer.trainer_node == sum(b.trainer_node for b in asked) == 2

@@ -227,9 +227,18 @@ def plan_placement(job: AgentRLJob) -> PlacementPlan:
 def trainer_node_resources(spec: AgentRLJobSpec) -> Bundle:
     """What one trainer pod offers Ray (``ray start --num-cpus/--num-gpus/--resources``): its
     CPU request in whole CPUs, its GPUs, and room for its ranks and the driver in
-    :data:`TRAINER_NODE_RESOURCE`."""
+    :data:`TRAINER_NODE_RESOURCE`.
+
+    A CPU-only pod (``gpusPerNode: 0``, the torch backend) offers at least the CPUs of its
+    bundles (one rank and the driver): a pod that requests less (a CPU cluster sized in
+    millicores) would otherwise never fit its own placement group and wait out the placement
+    timeout. Only the trainer's bundles can land there (:data:`TRAINER_NODE_RESOURCE`), so the
+    extra logical CPU lets no other work in."""
+    offered = max(float(math.floor(parse_quantity(spec.trainer.cpu))), 1.0)
+    if spec.trainer.gpus_per_node == 0:
+        offered = max(offered, CPU_RANK_CPUS + DRIVER_CPUS)
     return Bundle(
-        cpu=max(float(math.floor(parse_quantity(spec.trainer.cpu))), 1.0),
+        cpu=offered,
         gpu=spec.trainer.gpus_per_node,
         trainer_node=max(spec.trainer.gpus_per_node, 1) + 1,
     )
