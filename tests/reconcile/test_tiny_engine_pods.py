@@ -40,7 +40,7 @@ def test_the_tiny_engine_container_runs_serve_tiny_with_arguments_it_accepts() -
     assert ctx.params["seed"] == job.spec.dataset.seed
     assert str(ctx.params["log_file"]) == "/var/log/agentrl/engine.log"
     # no GPU requested, no ROCm variables: it is a CPU process
-    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"}}
+    assert container["resources"] == {"requests": {"cpu": "200m", "memory": "512Mi"}}
     assert not [e for e in container["env"] if e["name"].startswith(("HIP_", "HSA_", "ROCM"))]
     assert watchdog["name"] == "watchdog"
 
