@@ -97,7 +97,7 @@ def test_the_report_example_becomes_ready_with_the_right_children(
     args = engine["args"]
     assert args[args.index("--context-length") + 1] == "65536"
     assert args[args.index("--max-running-requests") + 1] == "32"
-    assert args[args.index("--cuda-graph-max-bs") + 1] == "32"
+    assert args[args.index("--cuda-graph-max-bs-decode") + 1] == "32"
     assert not any(a.startswith("--disable-cuda-graph") for a in args)
     assert engine["startupProbe"]["httpGet"]["path"]
     assert pod_spec["shareProcessNamespace"] is True
