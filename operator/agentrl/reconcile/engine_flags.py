@@ -336,7 +336,7 @@ def launch_args_with_sources(job: AgentRLJob, port: int = ENGINE_PORT) -> list[t
 #: The container command of a ``server: tiny`` engine (a verb of the agentrl CLI in the engine
 #: image); the watchdog finds that process by :data:`TINY_CMDLINE`.
 TINY_COMMAND: Final = ("agentrl", "engine", "serve-tiny")
-TINY_CMDLINE: Final = "serve-tiny"
+TINY_CMDLINE: Final = TINY_COMMAND[-1]
 
 
 def tiny_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:

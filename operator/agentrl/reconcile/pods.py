@@ -6,10 +6,11 @@ Kept apart from the builders so that the same volume is spelled the same way in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.api import AgentRLJob
+from agentrl.api.engine import Toleration
 from agentrl.api.sandbox import SandboxProvider
 from agentrl.reconcile import names
 from agentrl.reconcile.constants import E2B_API_KEY_ENV
@@ -127,6 +128,19 @@ def gpu_resources(*, cpu: str, memory: str, gpu_resource: str, gpus: int) -> dic
         requests[gpu_resource] = str(gpus)
         resources["limits"] = {gpu_resource: str(gpus)}
     return resources
+
+
+def node_placement(
+    node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+) -> dict[str, Any]:
+    """``nodeSelector`` (keys sorted: deterministic) and ``tolerations`` of a pod spec, each
+    only when set (sandbox, pre-pull and rollout worker pods)."""
+    out: dict[str, Any] = {}
+    if node_selector:
+        out["nodeSelector"] = dict(sorted(node_selector.items()))
+    if tolerations:
+        out["tolerations"] = [t.to_manifest() for t in tolerations]
+    return out
 
 
 def pull_secrets(job: AgentRLJob) -> dict[str, Any]:

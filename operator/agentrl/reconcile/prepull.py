@@ -54,6 +54,7 @@ from agentrl.reconcile.constants import TASK_IMAGES_KEY, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
+from agentrl.reconcile.pods import node_placement
 
 #: Image of the busybox copied into every pull container (a static build: it runs in any
 #: image). Pass another (a mirror) through ``tool_image``.
@@ -197,10 +198,7 @@ def _pod_spec(
         "containers": [done],
         "volumes": [{"name": _TOOLS_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}}],
     }
-    if job.spec.sandbox.node_selector:
-        spec["nodeSelector"] = dict(sorted(job.spec.sandbox.node_selector.items()))
-    if job.spec.sandbox.tolerations:
-        spec["tolerations"] = [t.to_manifest() for t in job.spec.sandbox.tolerations]
+    spec.update(node_placement(job.spec.sandbox.node_selector, job.spec.sandbox.tolerations))
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
     return spec

@@ -59,6 +59,7 @@ from agentrl.reconcile.pods import (
     config_volume,
     identity_env,
     model_volumes,
+    node_placement,
     pull_secrets,
     sandbox_env,
 )
@@ -89,17 +90,6 @@ def worker_command(job: AgentRLJob) -> list[str]:
     ]
 
 
-def _placement(job: AgentRLJob) -> dict[str, Any]:
-    """``spec.rollout.nodeSelector`` and ``tolerations``, when set."""
-    rollout = job.spec.rollout
-    out: dict[str, Any] = {}
-    if rollout.node_selector:
-        out["nodeSelector"] = dict(sorted(rollout.node_selector.items()))
-    if rollout.tolerations:
-        out["tolerations"] = [t.to_manifest() for t in rollout.tolerations]
-    return out
-
-
 def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
     """The rollout worker's pod spec."""
     master = trainer_master_addr(job, ctx.namespace)
@@ -110,7 +100,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "automountServiceAccountToken": True,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         **pull_secrets(job),
-        **_placement(job),
+        **node_placement(job.spec.rollout.node_selector, job.spec.rollout.tolerations),
         "containers": [
             {
                 "name": "rollout",

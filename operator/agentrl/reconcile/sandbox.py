@@ -47,6 +47,7 @@ from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import sandbox_pod_labels, sandbox_selector
 from agentrl.reconcile.meta import object_meta, owner_reference
+from agentrl.reconcile.pods import node_placement
 
 #: Keeps the sandbox container alive; every command arrives through exec.
 DEFAULT_COMMAND: Final = ("sleep", "infinity")
@@ -153,10 +154,7 @@ def sandbox_pod(
     }
     if sandbox.runtime_class_name is not None:
         spec["runtimeClassName"] = sandbox.runtime_class_name
-    if sandbox.node_selector:
-        spec["nodeSelector"] = dict(sorted(sandbox.node_selector.items()))
-    if sandbox.tolerations:
-        spec["tolerations"] = [t.to_manifest() for t in sandbox.tolerations]
+    spec.update(node_placement(sandbox.node_selector, sandbox.tolerations))
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
     return {

@@ -99,7 +99,7 @@ def missing_runner(command: str, result: ExecResult) -> str | None:
     shell found no such command, or Python no such ``-m`` module), or None. That is the image's
     fault, not the policy's: an infra error, never a reward of 0."""
     if result.exit_code in (126, 127) and re.search(
-        r"(command )?not found|not executable|Permission denied", result.output
+        r"not found|not executable|Permission denied", result.output
     ):
         return f"exit code {result.exit_code}: {result.output.strip()[-200:]}"
     module = re.search(r"(?:^|\s)-m\s+([\w.]+)", command)
