@@ -29,6 +29,7 @@ from agentrl.reconcile.constants import (
     LABEL_COMPONENT,
     Component,
 )
+from agentrl.reconcile.nodes import NodesSeen
 from agentrl.reconcile.quotas import ResourceQuotaUsage, quota_from_object
 
 _AnnotationT = TypeVar("_AnnotationT", bound=BaseModel)
@@ -224,6 +225,9 @@ class Observed(_Snapshot):
     pods: tuple[ObservedPod, ...] = ()
     quotas: tuple[ResourceQuotaUsage, ...] = ()
     """The namespace's ResourceQuotas (they cap sandbox concurrency, see ``quotas``)."""
+    nodes: NodesSeen | None = None
+    """The cluster's Nodes, for the GPU preflight; None when the controller did not list them
+    (``preflight.needs_nodes`` said there was no need)."""
 
     def pods_of(self, component: Component) -> list[ObservedPod]:
         """The live (not deleting) pods of one component, by name."""
@@ -345,14 +349,16 @@ def observe(
     deployment: Mapping[str, Any] | None = None,
     pods: Iterable[Mapping[str, Any]] = (),
     resource_quotas: Iterable[Mapping[str, Any]] = (),
+    nodes: NodesSeen | None = None,
 ) -> Observed:
     """The snapshot of a job's children from the raw objects (None for a child not found;
     ``pods``: every pod labelled ``agentrl.dev/job=NAME``; ``resource_quotas``: every
-    ResourceQuota in the job's namespace)."""
+    ResourceQuota in the job's namespace; ``nodes``: the Node list, when it was read)."""
     return Observed(
         engine_set=None if statefulset is None else statefulset_from_object(statefulset),
         trainer_job=None if trainer_job is None else trainer_job_from_object(trainer_job),
         rollout=None if deployment is None else deployment_from_object(deployment),
         pods=tuple(pod_from_object(p) for p in pods),
         quotas=tuple(quota_from_object(q) for q in resource_quotas),
+        nodes=nodes,
     )
