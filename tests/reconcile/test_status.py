@@ -264,6 +264,7 @@ def test_every_condition_type_is_present_in_a_fixed_order_with_the_generation():
         "Complete",
         "Failed",
         "Degraded",
+        "GPUsAvailable",
     ]
     assert {c.observed_generation for c in result.status.conditions} == {7}
     assert result.status.observed_generation == 7

@@ -18,6 +18,9 @@ class ConditionType(StrEnum):
     COMPLETE = "Complete"
     FAILED = "Failed"
     DEGRADED = "Degraded"
+    GPUS_AVAILABLE = "GPUsAvailable"
+    """Whether the nodes matching the job's GPU placement have the allocatable GPUs its engines
+    and trainer pods need (``reconcile.preflight``)."""
 
 
 class Reason(StrEnum):
@@ -51,3 +54,10 @@ class Reason(StrEnum):
     SUSPENDED = "JobSuspended"
     RESUMED = "JobResumed"
     NOT_SUSPENDED = "NotSuspended"
+    # GPU capacity (preflight) and placement
+    GPU_CAPACITY_SUFFICIENT = "GPUCapacitySufficient"
+    GPU_CAPACITY_INSUFFICIENT = "GPUCapacityInsufficient"
+    NODES_UNREADABLE = "NodesUnreadable"
+    CAPACITY_NOT_CHECKED = "CapacityNotChecked"
+    NO_GPUS_REQUESTED = "NoGPUsRequested"
+    WAITING_FOR_TRAINER = "WaitingForTrainerPlacement"

@@ -102,7 +102,7 @@ class AgentRLJobStatus(ManifestModel):
     """The .metadata.generation the operator last acted on."""
     conditions: list[Condition] = Field(default_factory=list)
     """Ready, EnginesReady, SandboxPoolReady, TrainerReady, WeightsSynced, Suspended, Complete,
-    Failed, Degraded."""
+    Failed, Degraded, GPUsAvailable."""
     ready_reason: str | None = None
     """The Ready condition's reason, as a printer column."""
     start_time: str | None = None

@@ -19,6 +19,7 @@ from agentrl.reconcile import configmap, engine, pvc, rollout, sandbox, trainer
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.meta import owner_reference
 from agentrl.reconcile.observed import Observed
+from agentrl.reconcile.policies.placement import engine_replicas
 from agentrl.reconcile.policies.suspend import workload_scale
 
 __all__ = ["ChildRef", "TrainerJobPlan", "child_ref", "desired_children", "owner_reference"]
@@ -82,7 +83,8 @@ def desired_children(
     children += [
         engine.headless_service(job, ctx),
         engine.disruption_budget(job, ctx),
-        engine.statefulset(job, ctx, replicas=scale.engines),
+        # 0 until the trainer's pods are placed: see policies.placement
+        engine.statefulset(job, ctx, replicas=engine_replicas(job, observed, scale.engines)),
         trainer.headless_service(job, ctx),
     ]
     if plan.apply:

@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
 from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
+from agentrl.reconcile import preflight
 from agentrl.reconcile.concurrency import effective_concurrency
 from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
 from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.observed import Observed, ObservedPod, TrainerProgress
-from agentrl.reconcile.policies import deadline, trainer_restarts
+from agentrl.reconcile.policies import deadline, placement, trainer_restarts
 from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.reconcile.quotas import sandboxes_charged
 
@@ -138,7 +139,12 @@ _PROBLEM_ORDER = (
 #: Reasons that mean something is wrong (a Warning event, and the Ready reason when they hold a
 #: component down).
 PROBLEM_REASONS = frozenset(
-    {*_PROBLEM_ORDER, Reason.TRAINER_RESTARTING, Reason.WATCHDOG_CRASH_LOOP}
+    {
+        *_PROBLEM_ORDER,
+        Reason.TRAINER_RESTARTING,
+        Reason.WATCHDOG_CRASH_LOOP,
+        Reason.GPU_CAPACITY_INSUFFICIENT,
+    }
 )
 
 
@@ -164,6 +170,8 @@ def engines_verdict(job: AgentRLJob, observed: Observed, desired: int) -> _Verdi
     """EnginesReady while the job runs."""
     if observed.engine_set is None:
         return _Verdict("False", Reason.RECONCILING, "the engine StatefulSet is not created yet")
+    if placement.engines_held(job, observed):
+        return waiting_for_trainer_verdict(job, observed, desired)
     pods = observed.pods_of(Component.ENGINE)
     ready = sum(p.ready for p in pods)
     summary = f"{ready}/{desired} engines ready"
@@ -175,6 +183,28 @@ def engines_verdict(job: AgentRLJob, observed: Observed, desired: int) -> _Verdi
     starting = sum(p.phase == "Running" and not p.ready for p in pods)
     detail = f" ({starting} loading the model or capturing graphs)" if starting else ""
     return _Verdict("False", Reason.ENGINES_PROGRESSING, summary + detail)
+
+
+def waiting_for_trainer_verdict(job: AgentRLJob, observed: Observed, desired: int) -> _Verdict:
+    """EnginesReady while the engines wait for the trainer's pods (``policies.placement``),
+    with the reason the trainer's pods wait, when the scheduler gave one."""
+    nodes = job.spec.trainer.nodes
+    message = (
+        f"0/{desired} engines: created once the trainer's pods are scheduled, so whole nodes "
+        f"stay free for them ({placement.trainer_pods_scheduled(observed)}/{nodes} scheduled)"
+    )
+    problem = worst_problem(observed.pods_of(Component.TRAINER), what="trainer")
+    if problem is not None:
+        message += f": {problem.detail}"
+    return _Verdict("False", Reason.WAITING_FOR_TRAINER, message)
+
+
+def gpus_verdict(
+    job: AgentRLJob, observed: Observed, *, suspended: bool, finished: bool
+) -> _Verdict:
+    """GPUsAvailable: the GPU preflight (``reconcile.preflight``)."""
+    found = preflight.verdict(job, observed, suspended=suspended, finished=finished)
+    return _Verdict(found.status, found.reason, found.message)
 
 
 def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, workers: int) -> _Verdict:
@@ -500,6 +530,9 @@ def _verdicts(
     out[ConditionType.COMPLETE] = complete
     out[ConditionType.FAILED] = failed
     out[ConditionType.DEGRADED] = degraded_verdict(observed)
+    out[ConditionType.GPUS_AVAILABLE] = gpus_verdict(
+        job, observed, suspended=suspended, finished=terminal is not None
+    )
     return out
 
 
