@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "engine": "agentrl.engine.cli:engine",
     "tasks": "agentrl.rollout.cli:tasks",
     "trainer": "agentrl.trainer.cli:trainer",
+    "ray": "agentrl.ray_node.cli:ray",
 }
 
 #: One-line help shown by ``agentrl --help`` without importing the verb.
@@ -42,6 +43,7 @@ SHORT_HELP: dict[str, str] = {
     "engine": "Engine tools: launch SGLang, the GPU watchdog, the tiny CPU engine.",
     "tasks": "Dataset tools: generate the bundled toy tasks, validate a dataset.",
     "trainer": "Run the job's GRPO trainer (the trainer pod's entry point).",
+    "ray": "This pod's Ray node: join the job's head and follow it (rollout worker pods).",
 }
 
 

@@ -26,10 +26,11 @@ def test_rollout_deployment_runs_the_spec_workers_as_ray_workers():
     container = pod["containers"][0]
     # Ray versions must match the head's, so the default image is the trainer's.
     assert container["image"] == "ghcr.io/agentrl/rocm-trainer:0.1.0"
+    # agentrl ray join: waits for the head and follows it across trainer restarts
     assert container["command"] == [
+        "agentrl",
         "ray",
-        "start",
-        "--block",
+        "join",
         "--address=$(RAY_HEAD_ADDRESS)",
         "--num-gpus=0",
         "--num-cpus=2",

@@ -16,21 +16,18 @@ import pytest
 import yaml
 
 from agentrl.api.validation import load_job
-from agentrl.reconcile import configmap
-from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.policies.suspend import workload_scale
-from agentrl.trainer import placement
-from agentrl.trainer.cli import (
-    TrainerConfig,
-    TrainerDriver,
-    TrainerEnv,
+from agentrl.ray_node.node import (
     agree_on_ray_auth,
-    join_ray,
     reachable,
     start_ray_node,
     stop_ray_node,
     wait_reachable,
 )
+from agentrl.reconcile import configmap
+from agentrl.reconcile.context import BuildContext
+from agentrl.reconcile.policies.suspend import workload_scale
+from agentrl.trainer import placement
+from agentrl.trainer.cli import TrainerConfig, TrainerDriver, TrainerEnv, join_ray
 from agentrl.trainer.ranks import TrainerRank
 from tests.api.cases import BASE, merge
 
@@ -76,7 +73,7 @@ def test_two_trainer_nodes_each_hold_their_ranks_numbered_from_the_drivers_node(
     # Ray's session directory of its own: the machine's /tmp/ray (where a head records itself
     # as the default cluster of every ray.init() here) is shared with other test runs.
     temp_dir = tempfile.mkdtemp(prefix="arn", dir="/tmp")
-    head = start_ray_node(offer, port=PORT, temp_dir=temp_dir)
+    head = start_ray_node(offer.node_offer(), port=PORT, temp_dir=temp_dir)
     joined: list[int] = []
     pod1 = threading.Thread(
         target=lambda: joined.append(

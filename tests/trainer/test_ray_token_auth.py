@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
+from agentrl.ray_node.node import NodeOffer, start_ray_node, stop_ray_node
 from agentrl.reconcile import ray_auth, rollout, trainer
 from agentrl.reconcile.context import BuildContext
-from agentrl.trainer.cli import start_ray_node, stop_ray_node
-from agentrl.trainer.placement import Bundle
 from tests.factories import make_job
 
 
@@ -87,7 +86,7 @@ def test_pods_with_the_jobs_token_form_one_ray_cluster_and_others_are_refused(
         monkeypatch.setenv(key, value)
     # Ray's socket paths must stay under 108 bytes: a short directory, not pytest's tmp_path
     short = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
-    head = start_ray_node(Bundle(cpu=1, gpu=0), port=port, temp_dir=str(short / "h"))
+    head = start_ray_node(NodeOffer(cpu=1), port=port, temp_dir=str(short / "h"))
     node = None
     try:
         deadline = time.monotonic() + 90
@@ -98,7 +97,7 @@ def test_pods_with_the_jobs_token_form_one_ray_cluster_and_others_are_refused(
         for key, value in worker_env.items():
             monkeypatch.setenv(key, value)
         node = start_ray_node(
-            Bundle(cpu=1, gpu=0), port=port, head="127.0.0.1", temp_dir=str(short / "w")
+            NodeOffer(cpu=1), port=port, head="127.0.0.1", temp_dir=str(short / "w")
         )
         deadline = time.monotonic() + 90
         while "alive 2" not in _connect(address, head_env, tmp_path).stdout:

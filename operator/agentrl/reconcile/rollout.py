@@ -44,7 +44,7 @@ Called by ``children.desired_children``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
@@ -66,6 +66,9 @@ from agentrl.reconcile.pods import (
 from agentrl.reconcile.ray_auth import ray_auth_env
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
+#: The rollout worker's command: a verb of the agentrl CLI in the rollout (trainer) image.
+RAY_JOIN_COMMAND: Final = ("agentrl", "ray", "join")
+
 
 def ray_cpus(job: AgentRLJob) -> int:
     """CPUs a worker pod offers Ray: its CPU request (``spec.rollout.cpu``) in whole CPUs
@@ -75,14 +78,13 @@ def ray_cpus(job: AgentRLJob) -> int:
 
 
 def worker_command(job: AgentRLJob) -> list[str]:
-    """A rollout worker is a Ray worker joining the trainer's head; it offers no GPU and
-    :func:`ray_cpus` CPUs, and room for as many rollout worker bundles (only rollout pods offer
-    it)."""
+    """A rollout worker is a Ray node following the trainer's head (``agentrl ray join``: it
+    waits for the head, which does not exist before trainer pod 0 runs, and joins each new head
+    after a trainer restart); it offers no GPU and :func:`ray_cpus` CPUs, and room for as many
+    rollout worker bundles (only rollout pods offer it)."""
     cpus = ray_cpus(job)
     return [
-        "ray",
-        "start",
-        "--block",
+        *RAY_JOIN_COMMAND,
         "--address=$(RAY_HEAD_ADDRESS)",
         "--num-gpus=0",
         f"--num-cpus={cpus}",

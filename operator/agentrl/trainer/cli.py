@@ -43,10 +43,8 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +55,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api import AgentRLJob
 from agentrl.api.trainer import TrainerBackend, WeightSyncMode
+from agentrl.ray_node.node import (
+    agree_on_ray_auth,
+    join_head,
+    start_ray_node,
+    stop_ray_node,
+    wait_reachable,
+)
 from agentrl.reconcile.configmap import RuntimeConfig
 from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
 from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH, SPEC_FILE, model_path
@@ -72,8 +77,6 @@ CHECKPOINT_SUBDIR = "trainer"
 #: Default of ``--placement-timeout``: the trainer pods pull the same large ROCm image and start
 #: in the same window as the engines, whose ``startupTimeoutSeconds`` defaults to this too.
 DEFAULT_PLACEMENT_TIMEOUT_S = 1800.0
-#: Seconds between a joined pod's checks that the Ray head is still there.
-HEAD_POLL_SECONDS = 5.0
 
 
 class TrainerEnv(BaseModel):
@@ -575,95 +578,6 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
     return built
 
 
-def start_ray_node(
-    offer: Any, *, port: int, head: str | None = None, temp_dir: str | None = None
-) -> subprocess.Popen[bytes]:
-    """``ray start --block`` offering ``offer`` (CPUs, GPUs): the head listening on ``port``
-    when ``head`` is None, else a node joining the head at ``head:port``. It runs in its own
-    process group, so :func:`stop_ray_node` stops exactly the Ray processes started here.
-
-    ``temp_dir``: Ray's session directory (default ``/tmp/ray``, where the head also records
-    itself as the machine's default cluster for ``ray.init()``; a pod has its own ``/tmp``)."""
-    where = (
-        [f"--address={head}:{port}"]
-        if head
-        else ["--head", f"--port={port}", "--include-dashboard=false"]
-    )
-    custom = {k: v for k, v in offer.resources().items() if k not in ("CPU", "GPU")}
-    return subprocess.Popen(
-        [
-            "ray",
-            "start",
-            "--block",
-            *where,
-            f"--num-cpus={int(offer.cpu)}",
-            f"--num-gpus={offer.gpu}",
-            f"--resources={json.dumps(custom)}",
-            "--disable-usage-stats",
-            *([f"--temp-dir={temp_dir}"] if temp_dir else []),
-        ],
-        start_new_session=True,
-    )
-
-
-def stop_ray_node(node: subprocess.Popen[bytes], *, grace_seconds: float = 30.0) -> None:
-    """Stop a node of :func:`start_ray_node` and every process it started (its group)."""
-    import signal
-
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(node.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        node.wait(timeout=grace_seconds)
-    # The raylet, the GCS and the workers share the group and may outlive ``ray start``.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(node.pid, signal.SIGKILL)
-    node.wait()
-
-
-def agree_on_ray_auth(environ: dict[str, str] | None = None) -> str | None:
-    """Make the Ray head, the nodes that join it and the driver agree on authentication, before
-    any of them starts: token mode whenever this pod has a token — ``RAY_AUTH_TOKEN`` or
-    ``RAY_AUTH_TOKEN_PATH`` (on a cluster: one Secret shared by the trainer and rollout pods),
-    or Ray's default token file — and Ray's default (none) otherwise. Left alone when
-    ``RAY_AUTH_MODE`` is set. Returns the mode now in effect (None: Ray's default).
-
-    Without this, a head started where a token file exists turns token mode on while a client
-    that was given no mode connects without the token and is refused."""
-    env = os.environ if environ is None else environ
-    if "RAY_AUTH_MODE" not in env and (
-        env.get("RAY_AUTH_TOKEN")
-        or env.get("RAY_AUTH_TOKEN_PATH")
-        or (Path.home() / ".ray" / "auth_token").is_file()
-    ):
-        env["RAY_AUTH_MODE"] = "token"
-        if environ is None and "ray" in sys.modules:
-            # Ray reads the mode once per process: refresh it the way Ray does when it turns
-            # token mode on for a local cluster.
-            from ray._raylet import Config
-
-            Config.initialize("")
-    return env.get("RAY_AUTH_MODE")
-
-
-def reachable(host: str, port: int) -> bool:
-    """Whether something accepts TCP connections at ``host:port``."""
-    try:
-        with socket.create_connection((host, port), timeout=HEAD_POLL_SECONDS):
-            return True
-    except OSError:
-        return False
-
-
-def wait_reachable(host: str, port: int, *, timeout_s: float) -> bool:
-    """Poll :func:`reachable` for up to ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    while not reachable(host, port):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(min(HEAD_POLL_SECONDS, 0.5))
-    return True
-
-
 def join_ray(
     config: TrainerConfig,
     *,
@@ -676,22 +590,13 @@ def join_ray(
     status is the job's) — or this node's Ray fails while the head is still there."""
     from agentrl.trainer.placement import trainer_node_resources
 
-    agree_on_ray_auth()
-    host = config.env.master_addr
-    if not wait_reachable(host, port, timeout_s=timeout_s):
-        log.error("the Ray head %s:%d did not come up within %gs", host, port, timeout_s)
-        return 1
-    node = start_ray_node(
-        trainer_node_resources(config.job.spec), port=port, head=host, temp_dir=temp_dir
+    return join_head(
+        config.env.master_addr,
+        trainer_node_resources(config.job.spec).node_offer(),
+        port=port,
+        timeout_s=timeout_s,
+        temp_dir=temp_dir,
     )
-    try:
-        while node.poll() is None:
-            time.sleep(HEAD_POLL_SECONDS)
-            if not reachable(host, port):
-                return 0
-        return 0 if not reachable(host, port) else int(node.returncode)
-    finally:
-        stop_ray_node(node)
 
 
 def run_with_ray(
@@ -712,7 +617,7 @@ def run_with_ray(
     import ray
 
     head = start_ray_node(
-        placement.trainer_node_resources(config.job.spec), port=port, temp_dir=temp_dir
+        placement.trainer_node_resources(config.job.spec).node_offer(), port=port, temp_dir=temp_dir
     )
     try:
         if not wait_reachable("127.0.0.1", port, timeout_s=timeout_s):

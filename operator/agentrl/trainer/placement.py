@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJob, AgentRLJobSpec
 from agentrl.api.quantities import parse_quantity
+from agentrl.ray_node.node import NodeOffer
 from agentrl.reconcile.constants import ROLLOUT_NODE_RESOURCE
 
 #: CPUs of the driver's bundle: one asyncio loop.
@@ -106,6 +107,11 @@ class Bundle(BaseModel):
         if self.rollout_node:
             out[ROLLOUT_NODE_RESOURCE] = float(self.rollout_node)
         return out
+
+    def node_offer(self) -> NodeOffer:
+        """A Ray node offering exactly this bundle (``ray start`` takes whole CPUs)."""
+        custom = {k: v for k, v in self.resources().items() if k not in ("CPU", "GPU")}
+        return NodeOffer(cpu=int(self.cpu), gpu=self.gpu, custom=custom)
 
 
 class GroupPlan(BaseModel):
