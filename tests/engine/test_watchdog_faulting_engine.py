@@ -195,6 +195,27 @@ async def test_a_crashing_engine_is_restarted_with_its_flags_and_current_weights
             assert (await r.json())["weight_version"] == "7"
 
 
+async def test_the_watchdog_reports_the_version_the_trainer_pushed_to_the_engine(
+    tmp_path: Path, policy_dir: Path
+) -> None:
+    """Steady state: the trainer pushes weights to the engine itself (its EngineClient, as the
+    disk weight sync does); the watchdog's report follows what the engine then serves."""
+    from agentrl.engine.client import EngineClient
+
+    async with running(tmp_path, policy_dir, []) as (dog, _, reporter, url):
+        await wait_for(lambda: dog.ready, 60)
+        await wait_for(lambda: dog.weight_version == "0", 5)  # the fresh engine's version
+        async with EngineClient(url, max_connections=1) as client:
+            for version in ("1", "2"):
+                result = await client.update_weights_from_disk(
+                    str(policy_dir), weight_version=version, flush_cache=False
+                )
+                assert result.success
+                await wait_for(lambda v=version: dog.weight_version == v, 5)  # type: ignore[misc]
+                assert reporter.reports[-1].weight_version == version
+        assert dog.metrics.weight_pushes.labels("success")._value.get() == 0  # not ours
+
+
 async def test_a_hung_engine_is_stopped_and_restarted(tmp_path: Path, policy_dir: Path) -> None:
     fault = ["--fault-after-requests", "1", "--fault-mode", "hang"]
     async with running(tmp_path, policy_dir, fault) as (dog, kubelet, _, url):

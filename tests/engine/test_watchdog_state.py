@@ -38,6 +38,8 @@ class FakeEngine:
     stopped: list[int] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)
     push_error: str | None = None
+    served: str | None = "0"
+    """What ``/model_info`` reports (None: unreadable); a successful push sets it."""
 
     def find(self) -> int | None:
         return self.pid
@@ -59,7 +61,11 @@ class FakeEngine:
     async def push_weights(self, weights: CurrentWeights, timeout: float) -> str | None:
         if self.push_error is None:
             self.pushed.append(weights.weight_version)
+            self.served = weights.weight_version
         return self.push_error
+
+    async def served_version(self, timeout: float) -> str | None:
+        return self.served
 
 
 class Clock:
@@ -161,6 +167,31 @@ async def test_log_fault_takes_readiness_down_stops_the_engine_and_recovers(
     assert dog.restarts == 1
     assert dog.last_recovery_seconds == 12.0
     assert reporter.events[-1][:2] == ("Normal", "EngineRecovered")
+
+
+async def test_the_report_follows_the_version_the_engine_serves_whoever_pushed_it(
+    tmp_path: Path,
+) -> None:
+    dog, engine, reporter, clock = make(tmp_path)
+    await become_ready(dog)
+    await step(dog, 2)  # the first reads of /metrics and /model_info once ready
+    assert dog.weight_version == "0"  # what the fresh engine reports; nobody pushed
+    # the trainer pushes version 4 straight to the engine (the steady state: not the watchdog)
+    engine.served = "4"
+    clock.now += 10  # healthIntervalSeconds
+    await step(dog, 2)
+    assert dog.weight_version == "4"
+    assert reporter.reports[-1].weight_version == "4"
+    assert engine.pushed == []
+    # an unreadable /model_info keeps the last version the engine reported
+    engine.served = None
+    clock.now += 10
+    await step(dog, 2)
+    assert reporter.reports[-1].weight_version == "4"
+    engine.served = "5"
+    clock.now += 10
+    await step(dog, 2)
+    assert reporter.reports[-1].weight_version == "5"
 
 
 async def test_a_fault_quoted_in_a_request_log_changes_nothing(tmp_path: Path) -> None:

@@ -176,6 +176,10 @@ class EngineEndpoints(Protocol):
         """Push ``weights``; None on success, else why it failed."""
         ...
 
+    async def served_version(self, timeout: float) -> str | None:
+        """The weight version the engine serves (``/model_info``), None when unreadable."""
+        ...
+
 
 def parse_engine_load(text: str) -> EngineLoad:
     """The stall detector's inputs from SGLang's Prometheus text (summed over label sets)."""
@@ -227,6 +231,18 @@ class HttpEngineEndpoints:
                 return parse_engine_load(await response.text())
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
+
+    async def served_version(self, timeout: float) -> str | None:
+        try:
+            async with self._http().get(
+                f"{self.base_url}{MODEL_INFO_PATH}", timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                if response.status != 200:
+                    return None
+                served = (await response.json(content_type=None)).get("weight_version")
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+            return None
+        return None if served is None else str(served)
 
     async def push_weights(self, weights: CurrentWeights, timeout: float) -> str | None:
         body: dict[str, object] = {
@@ -401,6 +417,7 @@ class Watchdog:
         self._next_probe = clock()
         self._next_load = clock() + config.health_interval_seconds
         self._load_task: asyncio.Task[EngineLoad | None] | None = None
+        self._version_task: asyncio.Task[str | None] | None = None
         self._last_tokens: float | None = None
         self._last_progress = clock()
         self._last_report: WatchdogReport | None = None
@@ -465,6 +482,7 @@ class Watchdog:
         self._prune_window(now)
         if self.phase == WatchdogState.READY:
             trigger = trigger or self._watch_health(now) or self._watch_stall(now)
+            self._watch_served_version()
         if trigger is not None and watched:
             await self._start_incident(*trigger, now=now, faulty_pid=faulty_pid)
         else:
@@ -576,7 +594,25 @@ class Watchdog:
             self._load_task = asyncio.ensure_future(
                 self.endpoints.load(self.config.health_timeout_seconds)
             )
+            # the served weight version on the same cadence (read below once it has come)
+            if self._version_task is None:
+                self._version_task = asyncio.ensure_future(
+                    self.endpoints.served_version(self.config.health_timeout_seconds)
+                )
         return None
+
+    def _watch_served_version(self) -> None:
+        """Follow the weight version the engine serves, whoever pushed it (the trainer's
+        pushes in steady state, ours after a restart): the annotation carries the engine's
+        own word, so the operator's WeightsSynced compares what engines really serve."""
+        task = self._version_task
+        if task is None or not task.done():
+            return
+        self._version_task = None
+        served = None if task.cancelled() or task.exception() else task.result()
+        if served is not None and served != self.weight_version:
+            log.info("engine serves weights %s (was %s)", served, self.weight_version)
+            self.weight_version = served
 
     def _is_stalled(self, load: EngineLoad, now: float) -> bool:
         tokens = load.generation_tokens_total
@@ -592,10 +628,10 @@ class Watchdog:
 
     def _cancel_probes(self) -> None:
         """Drop in-flight probes: their answer may come from an engine that is gone."""
-        for task in (self._probe, self._load_task):
+        for task in (self._probe, self._load_task, self._version_task):
             if task is not None:
                 task.cancel()
-        self._probe = self._load_task = None
+        self._probe = self._load_task = self._version_task = None
 
     # -- acting --------------------------------------------------------------------------------
 

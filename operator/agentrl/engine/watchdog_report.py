@@ -92,7 +92,7 @@ class WatchdogReport(_Report):
     last_recovery_seconds: float | None = None
     """How long the latest recovery took, fault to ready (seconds)."""
     weight_version: str | None = None
-    """Weight version last pushed to the engine after a restart."""
+    """Weight version the engine serves, read from its ``/model_info`` (whoever pushed it)."""
     updated_at: str
     """When this report was written (RFC 3339)."""
 

@@ -80,7 +80,7 @@ class WatchdogReport(_Annotation):
     last_fault: LastFault | None = None
     """The latest fault."""
     weight_version: str | None = None
-    """Weight version last pushed to the engine."""
+    """Weight version the engine serves (its ``/model_info``, read by the watchdog)."""
 
     @property
     def crash_loop(self) -> bool:
