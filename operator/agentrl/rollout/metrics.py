@@ -146,3 +146,13 @@ ROLLOUT_WORKERS_ALIVE = Gauge(
     "agentrl_rollout_workers_alive",
     "Rollout worker actors the driver can still hand episodes to.",
 )
+WORKER_SLOTS = Gauge(
+    "agentrl_rollout_worker_slots",
+    "Episodes the driver lets this rollout worker run at once (its slot grant; the grants of "
+    "all workers never let live episodes exceed the in-effect concurrency).",
+)
+PREFETCHED_ORDERS = Gauge(
+    "agentrl_rollout_prefetched_orders",
+    "Admitted episodes waiting in this rollout worker to start the moment one of its episodes "
+    "ends (the driver prefetches up to the in-effect concurrency over all workers).",
+)

@@ -1,4 +1,4 @@
-"""Episodes spread over processes: Ray actors run them, the driver schedules and collects.
+"""Episodes spread over processes: Ray actors run them, the driver admits and collects.
 
 One asyncio loop keeps thousands of episodes in flight, but it is one core: JSON, tokenisation
 and TLS of every LLM call and exec would queue behind each other. So on a cluster the episodes
@@ -7,40 +7,58 @@ that joined the trainer's Ray head), while the driver keeps what must be one: th
 :class:`~agentrl.rollout.scheduler.RolloutScheduler` with the job's whole concurrency, the
 trainer's admission control (staleness), the task order and the long-tail batches.
 
-The split, per episode:
+The invariant "at most the in-effect concurrency of live sandboxes" is kept *at the workers*:
 
-* the scheduler admits it and calls :meth:`RemoteEpisodes.run`, which gives it to the live
-  worker with the fewest outstanding episodes (ties: the lowest index) — orders made in one
-  turn of the driver's loop travel in one ``submit`` call per worker;
-* the worker runs it to the end (sandbox, LLM calls, tools, verifier, infra retries) with
-  :func:`~agentrl.rollout.runtime.open_episode_runner`;
+* the driver grants each worker a number of **slots** (:mod:`agentrl.rollout.slots`: an even
+  share of the in-effect concurrency, lowered while episodes over a lowered concurrency are
+  still running), and a worker runs at most that many episodes at once;
+* the scheduler admits up to the in-effect concurrency *plus as many again*
+  (:attr:`RemoteEpisodes.prefetch`), and :meth:`RemoteEpisodes.run` gives each admitted episode
+  to the live worker with the fewest outstanding orders (ties: the lowest index) — orders made in
+  one turn of the driver's loop travel in one ``submit`` call per worker, with the worker's grant;
+* a worker starts an order at once when it has a free slot, else queues it, and starts the next
+  queued order **the moment one of its episodes ends**, in the same turn of its loop — so a
+  burst of finishes refills without waiting for the driver. The driver tops the queues up as
+  the trajectories reach it;
 * each worker's collector in the driver long-polls ``collect``, which answers as soon as one
-  episode finished (or after :data:`COLLECT_WAIT_SECONDS`) with every finished trajectory and
-  a snapshot of the worker's metrics — so trajectories *stream* to the trainer as they finish,
-  a batch per call.
+  episode finished (or after :data:`COLLECT_WAIT_SECONDS`) with every finished trajectory, the
+  worker's running/queued/slot counts (:class:`WorkerReport`) and now and then a snapshot of its
+  metrics — trajectories *stream* to the trainer as they finish, a batch per call.
 
-Nothing caps episodes per worker but the driver's concurrency (an actor's ``max_concurrency``
-only bounds its concurrent method calls, and a worker gets three: submit, collect, cancel).
-A worker's engine pools are sized by :func:`~agentrl.rollout.runtime.remote_worker_pool_size`.
+Admission (staleness) stays with the driver: a prefetched order was admitted, counts against the
+bound and carries the policy version it was admitted under (never newer than the one its
+tokens are sampled from). Lowering the concurrency (``kubectl scale``) never stops a running
+episode: grants shrink and workers stop refilling until the live episodes fit; raising it
+raises the grants, and the queued orders start at once. When the scheduler stops admitting,
+the orders still queued are withdrawn (:meth:`RemoteEpisodes.withdraw`), so a stop waits for
+running episodes only.
 
-A worker that dies (its pod evicted, OOM) fails its outstanding episodes over to the live
-workers, within ``rollout.failurePolicy.infraRetries``; past it, or with no worker left alive,
-they end as ``infra_error`` trajectories with reason ``rollout_worker`` (never scored). The
-dead worker's sandbox pods are reaped by the kubernetes provider's next create with the same
-worker id. With every worker dead the scheduler's episodes keep failing and the trainer stops
-with the reason logged.
+Nothing caps episodes per worker but the grants (an actor's ``max_concurrency`` only bounds its
+concurrent method calls, and a worker gets a handful: submit, collect, cancel, withdraw). A
+worker's engine pools are sized by :func:`~agentrl.rollout.runtime.remote_worker_pool_size`.
+The grants and queues are exported by each worker (``agentrl_rollout_worker_slots``,
+``agentrl_rollout_prefetched_orders``).
+
+A worker that dies (its pod evicted, OOM) fails its outstanding episodes (running or queued)
+over to the live workers, within ``rollout.failurePolicy.infraRetries``; past it, or with no
+worker left alive, they end as ``infra_error`` trajectories with reason ``rollout_worker`` (never
+scored). Its slots go to the live workers. The dead worker's sandbox pods are reaped by the
+kubernetes provider's next create with the same worker id. With every worker dead the
+scheduler's episodes keep failing and the trainer stops with the reason logged.
 
 Everything crossing the process boundary is a pydantic model dumped to JSON (the job manifest,
 tasks, trajectories): no live objects are pickled.
 
 ``ray`` is the ``ray`` extra and is imported only here, inside the functions that need it.
-Callers: the trainer's driver (:mod:`agentrl.trainer.cli`), tests.
+Callers: the trainer's driver (:mod:`agentrl.trainer.cli`), the benchmark, tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import importlib
 import itertools
 import logging
@@ -60,6 +78,7 @@ from agentrl.rollout import metrics
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.concurrency_source import ConcurrencySource
 from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.slots import grant_slots, shares
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Timings, Trajectory, training_action
 
@@ -169,12 +188,25 @@ class EpisodeDone(BaseModel):
     error: str | None = None
 
 
+class WorkerReport(BaseModel):
+    """A worker's counts as of one of its answers (``submit``, ``collect``)."""
+
+    seq: int
+    """Grows with every answer: answers may reach the driver out of order, the newest wins."""
+    running: int
+    """Episodes running (each holding a sandbox or about to)."""
+    queued: int
+    """Admitted orders waiting for a slot."""
+    slots: int
+    """The grant it runs under: it starts an order only while ``running < slots``."""
+
+
 class Collected(BaseModel):
     """A worker's answer to ``collect``."""
 
     done: list[EpisodeDone] = Field(default_factory=list)
-    in_flight: int
-    """Episodes running in the worker after these."""
+    report: WorkerReport
+    """Its counts after these."""
     metrics: list[dict[str, Any]] | None = None
     """A snapshot of the worker's metrics (:func:`agentrl.rollout.metrics_export.snapshot`),
     every :data:`METRICS_SNAPSHOT_SECONDS`; None in between."""
@@ -189,8 +221,15 @@ class WorkerStats(BaseModel):
     episodes: int = 0
     """Episodes it finished."""
     in_flight: int = 0
+    """Episodes running now."""
     peak_in_flight: int = 0
-    """Most episodes it had in flight at once."""
+    """Most episodes it had running at once (never above its grant)."""
+    slots: int = 0
+    """Its grant now."""
+    queued: int = 0
+    """Orders waiting for a slot now."""
+    cancelled: int = 0
+    """Running episodes it stopped on the driver's cancel (or at close): an episode killed."""
     engine_pool_size: int = 0
     """Connections of its pool towards each engine."""
 
@@ -198,12 +237,19 @@ class WorkerStats(BaseModel):
 class RolloutWorker:
     """The body of one worker actor (wrapped by ``ray.remote`` in :func:`start_workers`)."""
 
-    def __init__(self, config: dict[str, Any], index: int) -> None:
+    def __init__(self, config: dict[str, Any], index: int, *, runner: Any = None) -> None:
         self.config = RolloutWorkerConfig.model_validate(config)
         self.index = index
         self._stack: contextlib.AsyncExitStack | None = None
-        self._runner: Any = None
+        self._runner: Any = runner
+        """The episode runner; given here by tests (then :meth:`open` builds nothing)."""
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._queue: collections.deque[int] = collections.deque()
+        """Keys of the queued orders, oldest first (cancelled ones are skipped when met)."""
+        self._orders: dict[int, EpisodeOrder] = {}
+        """The queued orders by key."""
+        self._slots = 0
+        self._seq = 0
         self._ready: list[EpisodeDone] = []
         self._wake: asyncio.Event | None = None
         self._snapshot_at = 0.0
@@ -223,7 +269,10 @@ class RolloutWorker:
         )
         from agentrl.sandbox import open_provider
 
-        if self._stack is not None:
+        if self._wake is not None:
+            return self._stats.model_dump()
+        if self._runner is not None:  # given by a test
+            self._wake = asyncio.Event()
             return self._stats.model_dump()
         config = self.config
         job = AgentRLJob.model_validate(config.job)
@@ -265,15 +314,46 @@ class RolloutWorker:
         configure_worker_process()  # this actor's process only runs episodes
         return self._stats.model_dump()
 
-    async def submit(self, orders: list[dict[str, Any]]) -> int:
-        """Start these episodes; the number now in flight."""
-        if self._runner is None:
+    async def submit(self, orders: list[dict[str, Any]], slots: int) -> dict[str, Any]:
+        """Queue these orders, run under a grant of ``slots`` from now on, and start what the
+        grant allows; the :class:`WorkerReport` after it."""
+        if self._runner is None or self._wake is None:
             raise RuntimeError("submit before open")
+        if slots < 0:
+            raise ValueError(f"a grant of {slots} slots")
         for raw in orders:
             order = EpisodeOrder.model_validate(raw)
-            self._running[order.key] = asyncio.create_task(self._episode(order))
-        self._stats.peak_in_flight = max(self._stats.peak_in_flight, len(self._running))
-        return len(self._running)
+            self._orders[order.key] = order
+            self._queue.append(order.key)
+        self._slots = slots
+        metrics.WORKER_SLOTS.set(slots)
+        self._fill()
+        return self._report().model_dump()
+
+    def _fill(self) -> None:
+        """Start queued orders while the grant has a free slot."""
+        running, queue, orders = self._running, self._queue, self._orders
+        while len(running) < self._slots and queue:
+            order = orders.pop(queue.popleft(), None)
+            if order is not None:  # else cancelled while queued
+                task = asyncio.create_task(self._episode(order))
+                running[order.key] = task
+                # A task cancelled before its first step never runs its ``finally``.
+                task.add_done_callback(functools.partial(self._forget, order.key))
+        if len(running) > self._stats.peak_in_flight:
+            self._stats.peak_in_flight = len(running)
+        metrics.PREFETCHED_ORDERS.set(len(orders))
+
+    def _forget(self, key: int, task: asyncio.Task[None]) -> None:
+        if self._running.get(key) is task:
+            del self._running[key]
+            self._fill()
+
+    def _report(self) -> WorkerReport:
+        self._seq += 1
+        return WorkerReport(
+            seq=self._seq, running=len(self._running), queued=len(self._orders), slots=self._slots
+        )
 
     async def _episode(self, order: EpisodeOrder) -> None:
         try:
@@ -285,11 +365,13 @@ class RolloutWorker:
             )
             done = EpisodeDone(key=order.key, trajectory=trajectory.model_dump_json())
         except asyncio.CancelledError:
+            self._stats.cancelled += 1
             raise
         except Exception as exc:  # the runner classifies failures itself; this is a bug
             done = EpisodeDone(key=order.key, error=f"{type(exc).__name__}: {exc}")
         finally:
             self._running.pop(order.key, None)
+            self._fill()  # the freed slot takes the next queued order now, not after a round trip
         self._stats.episodes += 1
         self._ready.append(done)
         assert self._wake is not None
@@ -311,21 +393,37 @@ class RolloutWorker:
 
             snapshot = take_snapshot()
             self._snapshot_at = now
-        return Collected(done=done, in_flight=len(self._running), metrics=snapshot).model_dump()
+        return Collected(done=done, report=self._report(), metrics=snapshot).model_dump()
 
     async def cancel(self, keys: list[int]) -> None:
-        """Cancel these episodes (their sandboxes are closed); no answer comes for them."""
+        """Cancel these episodes, running (their sandboxes are closed) or queued; no answer
+        comes for them."""
         for key in keys:
+            self._orders.pop(key, None)
             task = self._running.get(key)
             if task is not None:
                 task.cancel()
+        metrics.PREFETCHED_ORDERS.set(len(self._orders))
+
+    async def withdraw(self) -> list[int]:
+        """Drop every queued order (the driver stopped admitting); their keys."""
+        keys = list(self._orders)
+        self._orders.clear()
+        self._queue.clear()
+        metrics.PREFETCHED_ORDERS.set(0)
+        return keys
 
     def stats(self) -> dict[str, Any]:
         """:class:`WorkerStats` now."""
-        return self._stats.model_copy(update={"in_flight": len(self._running)}).model_dump()
+        now = {"in_flight": len(self._running), "slots": self._slots, "queued": len(self._orders)}
+        return self._stats.model_copy(update=now).model_dump()
 
     async def close(self) -> dict[str, Any]:
-        """Cancel what still runs, close engines and provider; the final :class:`WorkerStats`."""
+        """Drop the queue, cancel what still runs, close engines and provider; the final
+        :class:`WorkerStats`."""
+        self._orders.clear()
+        self._queue.clear()
+        self._slots = 0
         running = list(self._running.values())
         for task in running:
             task.cancel()
@@ -396,17 +494,37 @@ class _Worker:
     actor: Any
     alive: bool = True
     outstanding: int = 0
+    """Orders given to it and not answered: unsent, queued there or running there."""
     orders: list[dict[str, Any]] = field(default_factory=list)
+    """Orders not sent yet."""
     cancels: list[int] = field(default_factory=list)
+    withdrawing: bool = False
+    grant: int = 0
+    """The slots it should run under (sent with its next call when it changed)."""
+    sent_grant: int | None = None
+    unacked: list[int] = field(default_factory=list)
+    """Grants of ``submit`` calls not answered yet: it may be applying any of them."""
+    report: WorkerReport | None = None
+    """Its newest answer's counts."""
     flushing: bool = False
     pid: int = 0
     collector: asyncio.Task[None] | None = None
+    sender: asyncio.Task[None] | None = None
+
+    @property
+    def holding(self) -> int:
+        """The most episodes it may be running now or start without a new grant: the larger
+        of what it last reported running, the grant it reported and every grant in flight."""
+        if not self.alive:
+            return 0
+        known = 0 if self.report is None else max(self.report.running, self.report.slots)
+        return max(known, *self.unacked) if self.unacked else known
 
 
 class RemoteEpisodes:
     """The scheduler's episode runner when episodes run in worker actors (see the module's
-    docstring). Use through :func:`open_remote_rollout`, or ``await start()`` … ``await
-    aclose()``."""
+    docstring): a :class:`~agentrl.rollout.scheduler.SlottedEpisodes`. Use through
+    :func:`open_remote_rollout`, or ``await start()`` … ``await aclose()``."""
 
     def __init__(
         self,
@@ -424,10 +542,14 @@ class RemoteEpisodes:
         """Called with (worker index as a string, snapshot) as snapshots arrive: the driver's
         :meth:`agentrl.rollout.metrics_export.WorkerMetrics.update`."""
         self.workers = [_Worker(index, actor) for index, actor in enumerate(actors)]
+        self.capacity = spec.sandbox.concurrency
+        """The effective concurrency: live episodes over all workers never exceed it (the
+        scheduler sets it, :meth:`set_concurrency`)."""
         self._pending: dict[int, tuple[_Worker, asyncio.Future[Trajectory]]] = {}
         self._keys = itertools.count()
+        self._started = False
         self.lost_episodes = 0
-        """Episodes whose worker died while running them (each retried or dropped)."""
+        """Episodes whose worker died while running or holding them (each retried or dropped)."""
         self.final_stats: list[WorkerStats] = []
         """Each worker's last :class:`WorkerStats`, once :meth:`aclose` ran."""
 
@@ -437,8 +559,46 @@ class RemoteEpisodes:
         return sum(w.alive for w in self.workers)
 
     def outstanding(self) -> list[int]:
-        """Episodes each worker holds for the driver, by worker index."""
+        """Episodes each worker holds for the driver (running or queued), by worker index."""
         return [w.outstanding for w in self.workers]
+
+    def grants(self) -> list[int]:
+        """The slots each worker is granted (or about to be), by worker index."""
+        return [w.grant for w in self.workers]
+
+    # -- SlottedEpisodes ---------------------------------------------------------------------
+
+    @property
+    def prefetch(self) -> int:
+        """Admitted orders held at the workers beyond the concurrency: as many as the
+        concurrency, so every worker can refill each of its slots once from its own queue."""
+        return self.capacity
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """The effective concurrency: the grants follow (lowered at once; raised only as far
+        as the episodes still running under the old figure allow)."""
+        if concurrency < 0:
+            raise ValueError("concurrency must be ≥ 0")
+        self.capacity = concurrency
+        self._regrant()
+
+    def withdraw(self) -> None:
+        """Cancel every order that has not started: those not sent here, those queued in the
+        workers by their next call."""
+        for worker in self.workers:
+            if not worker.alive:
+                continue
+            for order in worker.orders:
+                entry = self._pending.pop(order["key"], None)
+                if entry is not None:
+                    worker.outstanding -= 1
+                    entry[1].cancel()
+            worker.orders = []
+            if worker.outstanding:
+                worker.withdrawing = True
+                self._kick(worker)
+
+    # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> list[WorkerStats]:
         """Open every worker (engines, provider) and start collecting."""
@@ -451,7 +611,9 @@ class RemoteEpisodes:
             worker.collector = asyncio.create_task(
                 self._collect(worker), name=f"rollout-collector-{worker.index}"
             )
+        self._started = True
         metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
+        self._regrant()
         return stats
 
     async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
@@ -506,31 +668,74 @@ class RemoteEpisodes:
                 worker.orders = unsent
             raise
 
+    # -- grants ------------------------------------------------------------------------------
+
+    def _regrant(self) -> None:
+        """Recompute every worker's grant (:func:`~agentrl.rollout.slots.grant_slots`) and send
+        the changed ones."""
+        if not self._started:
+            return
+        alive = [w.alive for w in self.workers]
+        if not any(alive):
+            return
+        grants = grant_slots(
+            self.capacity, shares(self.capacity, alive), [w.holding for w in self.workers]
+        )
+        for worker, grant in zip(self.workers, grants, strict=True):
+            if worker.alive and grant != worker.grant:
+                worker.grant = grant
+                self._kick(worker)
+
+    def _apply(self, worker: _Worker, report: WorkerReport) -> None:
+        if worker.report is None or report.seq > worker.report.seq:
+            worker.report = report
+            self._regrant()
+
+    # -- calls to the workers ----------------------------------------------------------------
+
     def _kick(self, worker: _Worker) -> None:
-        if not worker.flushing and worker.alive:
+        if not worker.flushing and worker.alive and self._started:
             worker.flushing = True
-            asyncio.get_running_loop().create_task(self._flush(worker))
+            worker.sender = asyncio.get_running_loop().create_task(self._flush(worker))
 
     async def _flush(self, worker: _Worker) -> None:
-        """Send a worker's orders and cancels, batched: everything queued in this turn of the
-        loop (and while a previous call was in flight) goes in one call each."""
+        """Send a worker its orders and grant, cancels and a withdrawal, batched: everything
+        queued in this turn of the loop (and while a previous call was in flight) goes in one
+        call each, in that order."""
         import ray
 
         try:
             await asyncio.sleep(0)
-            while worker.alive and (worker.orders or worker.cancels):
-                orders, worker.orders = worker.orders, []
-                cancels, worker.cancels = worker.cancels, []
-                try:
-                    if orders:
-                        await worker.actor.submit.remote(orders)
-                    if cancels:
-                        await worker.actor.cancel.remote(cancels)
-                except ray.exceptions.RayActorError as exc:
-                    self._lose(worker, exc)
-                except Exception as exc:  # a call that cannot reach the worker: no use
-                    logger.exception("rollout worker %d refused a call", worker.index)
-                    self._lose(worker, exc)
+            while worker.alive:
+                if worker.orders or worker.grant != worker.sent_grant:
+                    orders, worker.orders = worker.orders, []
+                    grant = worker.sent_grant = worker.grant
+                    worker.unacked.append(grant)
+                    try:
+                        raw = await worker.actor.submit.remote(orders, grant)
+                    finally:
+                        if grant in worker.unacked:
+                            worker.unacked.remove(grant)
+                    self._apply(worker, WorkerReport.model_validate(raw))
+                elif worker.cancels:
+                    cancels, worker.cancels = worker.cancels, []
+                    await worker.actor.cancel.remote(cancels)
+                elif worker.withdrawing:
+                    worker.withdrawing = False
+                    for key in await worker.actor.withdraw.remote():
+                        entry = self._pending.pop(key, None)
+                        if entry is not None:
+                            worker.outstanding -= 1
+                            entry[1].cancel()
+                else:
+                    break
+        except ray.exceptions.RayActorError as exc:
+            self._lose(worker, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a call that cannot reach the worker: no use
+            logger.exception("rollout worker %d refused a call", worker.index)
+            self._lose(worker, exc)
         finally:
             worker.flushing = False
 
@@ -560,11 +765,13 @@ class RemoteEpisodes:
                     future.set_result(Trajectory.model_validate_json(done.trajectory))
                 else:
                     future.set_exception(_Lost(f"worker {worker.index} failed: {done.error}"))
+            self._apply(worker, collected.report)
             if collected.metrics is not None and self.on_metrics is not None:
                 self.on_metrics(str(worker.index), collected.metrics)
 
     def _lose(self, worker: _Worker, exc: BaseException) -> None:
-        """``worker`` died: fail its outstanding episodes over (their ``run`` retries them)."""
+        """``worker`` died: fail its outstanding episodes over (their ``run`` retries them) and
+        give its slots to the live workers."""
         if not worker.alive:
             return
         worker.alive = False
@@ -577,20 +784,20 @@ class RemoteEpisodes:
                 if not future.done():
                     future.set_exception(_Lost(reason))
         worker.outstanding = 0
-        worker.orders, worker.cancels = [], []
+        worker.orders, worker.cancels, worker.unacked = [], [], []
+        worker.grant = 0
+        self._regrant()
 
     async def aclose(self) -> list[WorkerStats]:
         """Stop collecting and close the live workers (cancelling what still runs there);
         their final stats (dead workers: what the driver knew)."""
         import ray
 
-        for worker in self.workers:
-            if worker.collector is not None:
-                worker.collector.cancel()
-        await asyncio.gather(
-            *(w.collector for w in self.workers if w.collector is not None),
-            return_exceptions=True,
-        )
+        tasks = [t for w in self.workers for t in (w.collector, w.sender) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._started = False
         stats: list[WorkerStats] = []
         for worker in self.workers:
             stat = WorkerStats(worker_index=worker.index, pid=worker.pid)

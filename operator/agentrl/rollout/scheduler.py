@@ -13,6 +13,12 @@ finished trajectories to whoever trains on them.
   consumer never lowers achieved concurrency (the staleness bound is the backpressure).
 * The long-tail figure is computed per batch of ``trainer.trajectoriesPerStep`` episodes in
   admission order.
+* A runner that keeps the cap itself (:class:`SlottedEpisodes`: the driver's
+  :class:`~agentrl.rollout.ray_workers.RemoteEpisodes`, whose worker actors hold slots and start
+  prefetched orders locally) is told the effective concurrency and gets up to
+  :attr:`SlottedEpisodes.prefetch` admitted orders beyond it; the scheduler then counts as in
+  flight every admitted episode not finished yet, started or waiting for a slot. On
+  :meth:`~RolloutScheduler.stop` such a runner drops the orders that never started.
 
 Callers: ``agentrl run`` (the trainer's local loop), rollout workers on a cluster, the benchmark
 and ``agentrl tasks validate``'s sibling tooling. Typical use::
@@ -32,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, runtime_checkable
 
 from agentrl.api.rollout import ClassAction, TerminalClass
 from agentrl.rollout import metrics
@@ -62,6 +68,27 @@ class Episodes(Protocol):
     or :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` over worker actors."""
 
     async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory: ...
+
+
+@runtime_checkable
+class SlottedEpisodes(Episodes, Protocol):
+    """An :class:`Episodes` that keeps the cap of live episodes itself and starts admitted
+    orders as slots free, without waiting for the scheduler (an optional ability: a runner in
+    this process has none, and the scheduler's own count is the cap)."""
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """The effective concurrency: never more episodes running at once than this."""
+        ...
+
+    @property
+    def prefetch(self) -> int:
+        """Admitted orders it wants beyond the concurrency, to start the moment a slot frees."""
+        ...
+
+    def withdraw(self) -> None:
+        """Drop the admitted orders that have not started (their ``run`` calls are cancelled):
+        the scheduler stops admitting."""
+        ...
 
 
 class RolloutScheduler:
@@ -95,6 +122,7 @@ class RolloutScheduler:
         """Policy version each running episode was admitted under (the staleness gate)."""
         self._wake = asyncio.Event()
         self._results: asyncio.Queue[Trajectory | None] = asyncio.Queue()
+        self._slotted = runner if isinstance(runner, SlottedEpisodes) else None
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._admitted = itertools.count()
@@ -102,7 +130,8 @@ class RolloutScheduler:
         self.long_tail_shares: list[float] = []
         """Long-tail share of each completed batch, in batch order."""
         self.peak_in_flight = 0
-        """Most episodes ever in flight at once (the invariant tests assert on it)."""
+        """Most episodes ever in flight at once (the invariant tests assert on it); with a
+        :class:`SlottedEpisodes` runner, admitted ones waiting for a slot included."""
         self.admission.subscribe(self._wake.set)
         self._export()
 
@@ -122,7 +151,16 @@ class RolloutScheduler:
 
     @property
     def in_flight(self) -> int:
+        """Admitted episodes not finished (with a :class:`SlottedEpisodes` runner, those
+        waiting for a slot too)."""
         return len(self._running)
+
+    @property
+    def window(self) -> int:
+        """Episodes admitted and not finished that the scheduler allows: the effective
+        concurrency, plus a :class:`SlottedEpisodes` runner's prefetch."""
+        effective = self.effective_concurrency
+        return effective + (self._slotted.prefetch if self._slotted is not None else 0)
 
     @property
     def oldest_in_flight_version(self) -> int | None:
@@ -144,6 +182,8 @@ class RolloutScheduler:
     def _export(self) -> None:
         metrics.CONCURRENCY_CONFIGURED.set(self._concurrency)
         metrics.CONCURRENCY_EFFECTIVE.set(self.effective_concurrency)
+        if self._slotted is not None:
+            self._slotted.set_concurrency(self.effective_concurrency)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -153,7 +193,10 @@ class RolloutScheduler:
             self._loop_task = asyncio.create_task(self._admit_loop(), name="rollout-admission")
 
     def stop(self) -> None:
-        """Admit no more episodes; running ones finish and are still yielded."""
+        """Admit no more episodes; running ones finish and are still yielded (a
+        :class:`SlottedEpisodes` runner drops the admitted ones that have not started)."""
+        if not self._stopping and self._slotted is not None:
+            self._slotted.withdraw()
         self._stopping = True
         self._wake.set()
 
@@ -205,7 +248,7 @@ class RolloutScheduler:
         try:
             while True:
                 self._wake.clear()
-                while not self._stopping and len(self._running) < self.effective_concurrency:
+                while not self._stopping and len(self._running) < self.window:
                     item = self._peek()
                     if item is None:
                         break
