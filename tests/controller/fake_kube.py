@@ -43,6 +43,10 @@ class FakeKube:
     async def count_nodes(self, labels: dict[str, str]) -> int:
         return 0
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        self.calls.append(("list", "Node"))
+        return []
+
     async def list_daemonsets(
         self, namespace: str, labels: dict[str, str]
     ) -> list[dict[str, Any]]:

@@ -56,6 +56,10 @@ class KubeAPI(Protocol):
 
     async def count_nodes(self, labels: dict[str, str]) -> int: ...
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node (the GPU preflight); raises :class:`NodesForbidden` when RBAC refuses."""
+        ...
+
     async def list_daemonsets(
         self, namespace: str, labels: dict[str, str]
     ) -> list[dict[str, Any]]: ...
@@ -79,6 +83,11 @@ class KubeAPI(Protocol):
     async def post_event(
         self, job: dict[str, Any], *, type_: str, reason: str, message: str
     ) -> None: ...
+
+
+class NodesForbidden(Exception):
+    """Listing Nodes was refused (403): the operator runs without ``list`` on nodes, as an
+    install with hand-made namespaced RBAC may. The GPU preflight says so; nothing fails."""
 
 
 def _count(verb: str, kind: str) -> None:
@@ -132,6 +141,15 @@ class LightkubeAPI:
     async def count_nodes(self, labels: dict[str, str]) -> int:
         _count("list", "Node")
         return len([n async for n in self.client.list(Node, labels=labels or None)])
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        _count("list", "Node")
+        try:
+            return [dict(n.to_dict()) async for n in self.client.list(Node)]
+        except ApiError as exc:
+            if exc.status.code == 403:
+                raise NodesForbidden(exc.status.message or "forbidden") from exc
+            raise
 
     async def list_daemonsets(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         _count("list", "DaemonSet")

@@ -2,7 +2,9 @@
 
 Order of actions, and why:
 
-1. read the job and its children (StatefulSet, trainer Job, rollout Deployment, the job's pods);
+1. read the job and its children (StatefulSet, trainer Job, rollout Deployment, the job's pods),
+   and the Nodes while some GPU pod of the job is not scheduled (the GPU preflight,
+   ``reconcile.preflight``; a refused list becomes the condition's message, not an error);
 2. :func:`agentrl.reconcile.plan.plan` decides everything without I/O;
 3. server-side apply each child whose built object changed since this operator last applied it
    (every child on the periodic resync, and after a child is deleted behind our back), so a
@@ -32,10 +34,10 @@ from agentrl.api import AgentRLJob, AgentRLJobStatus, ConditionType, Reason, San
 from agentrl.api import validation as api_validation
 from agentrl.controller import metrics
 from agentrl.controller.engine_metrics import collect_engine_metrics
-from agentrl.controller.kube import KubeAPI
+from agentrl.controller.kube import KubeAPI, NodesForbidden
 from agentrl.controller.settings import OperatorSettings
 from agentrl.controller.workqueue import Key
-from agentrl.reconcile import labels, names, prepull, ray_auth
+from agentrl.reconcile import labels, names, nodes, preflight, prepull, ray_auth
 from agentrl.reconcile.constants import LABEL_COMPONENT, Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import Observed, observe
@@ -98,6 +100,7 @@ class Reconciler:
         self._applied: dict[Key, dict[tuple[str, str], str]] = {}
         #: jobs whose Ray token Secret exists (created now or found): not created again
         self._ray_tokens: set[Key] = set()
+        self._nodes_forbidden_logged = False
 
     def forget_applied(self, key: Key) -> None:
         """Re-apply every child of ``key`` on its next reconcile (a child was deleted, or it is
@@ -146,7 +149,19 @@ class Reconciler:
             pods=pods,
             resource_quotas=quotas,
         )
+        if preflight.needs_nodes(job, observed):
+            observed = observed.model_copy(update={"nodes": await self._nodes()})
         return observed, pods
+
+    async def _nodes(self) -> nodes.NodesSeen:
+        """The Node list for the GPU preflight; a refusal becomes its message, not an error."""
+        try:
+            return nodes.nodes_seen(await self.api.list_nodes())
+        except NodesForbidden as exc:
+            if not self._nodes_forbidden_logged:  # once: the condition says it on every job
+                log.warning("cannot list nodes for the GPU preflight: %s", exc)
+                self._nodes_forbidden_logged = True
+            return nodes.nodes_unreadable(f"403 Forbidden: {exc}")
 
     async def _reconcile_valid(
         self, key: Key, body: dict[str, Any], job: AgentRLJob
