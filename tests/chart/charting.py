@@ -133,8 +133,9 @@ NAMESPACED_NEEDS: set[tuple[str, str, str]] = (
     | triples("", ["secrets"], ["create"])
 )
 
-#: Cluster-scoped reads in every mode: kopf's CRD scanning, and the node count that sizes the
-#: pre-pull DaemonSets (operator/agentrl/controller/kube.py ``count_nodes``).
+#: Cluster-scoped reads in every mode: kopf's CRD scanning, and the Node lists that size the
+#: pre-pull DaemonSets and feed the GPU preflight (operator/agentrl/controller/kube.py
+#: ``count_nodes``, ``list_nodes``).
 CLUSTER_NEEDS: set[tuple[str, str, str]] = (
     triples("apiextensions.k8s.io", ["customresourcedefinitions"], ["get", "list", "watch"])
     | triples("", ["nodes"], ["list"])

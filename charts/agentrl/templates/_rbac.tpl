@@ -67,8 +67,10 @@ every rule of the Roles it creates for a job's rollout workers and engine watchd
 {{- end -}}
 
 {{/* Cluster-scoped reads in every mode: kopf lists and watches CRDs to discover the resources
-it serves; the operator counts the sandbox nodes (nodes matching spec.sandbox.nodeSelector) to
-size the image pre-pull DaemonSets. */}}
+it serves; the operator lists nodes to size the image pre-pull DaemonSets (nodes matching
+spec.sandbox.nodeSelector) and for the GPU preflight (the GPUsAvailable condition: do the nodes
+matching the job's GPU placement have the allocatable GPUs it needs). Without list on nodes the
+preflight reports GPUsAvailable=Unknown/NodesUnreadable instead of failing the reconcile. */}}
 {{- define "agentrl.rbac.clusterReadRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
