@@ -12,7 +12,9 @@ GPUsAvailable and the scheduler's reason in its conditions, with its objects cre
 
 from __future__ import annotations
 
+import socket
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -214,3 +216,54 @@ def test_a_job_on_gpus_the_cluster_lacks_names_the_shortfall_and_why_its_pods_wa
     assert kubectl.json("get", "job", f"{NAME}-trainer")["spec"]["parallelism"] == 1
     events = kubectl.json("get", "events", "--field-selector", f"involvedObject.name={NAME}")
     assert any(e["reason"] == "GPUCapacityInsufficient" for e in events["items"])
+
+
+def _metrics(port: int) -> dict[str, float] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_nodes_are_listed_until_the_gpu_pods_are_scheduled_and_not_after(
+    kubectl: Kubectl, operator: OperatorProcess
+) -> None:
+    operator.stop()
+    operator.metrics_port = _free_port()
+    operator.start()
+    port = operator.metrics_port
+    node_lists = 'agentrl_operator_api_requests_total{kind="Node",verb="list"}'
+    reconciles = 'agentrl_operator_reconciles_total{result="ok"}'
+    kubectl.apply(REPORT)
+    wait_for(
+        lambda: (condition(kubectl, NAME, "Ready") or {}).get("status") == "True",
+        timeout=180,
+        what=f"{NAME} Ready",
+    )
+    cond = condition(kubectl, NAME, "GPUsAvailable")
+    assert cond is not None and (cond["status"], cond["reason"]) == (
+        "True",
+        "GPUCapacitySufficient",
+    )
+    assert cond["message"].startswith("all 25 GPU pods are scheduled: ")
+    before = wait_for(lambda: _metrics(port), timeout=30, what="/metrics")
+    assert before[node_lists] >= 1  # read while the pods were not yet placed
+    # two more reconciles of the placed job (the 5 s resync) read no Node
+    after = wait_for(
+        lambda: (m := _metrics(port)) and m[reconciles] >= before[reconciles] + 2 and m,
+        timeout=60,
+        what="two more reconciles",
+    )
+    assert after[node_lists] == before[node_lists]
