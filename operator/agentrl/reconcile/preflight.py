@@ -150,8 +150,9 @@ def fits(capacities: Sequence[int], demand: GPUDemand) -> bool:
     With ``a`` GPUs per trainer pod and ``b`` per engine: when ``b`` divides ``a`` (1, 2, 4 or 8
     GPUs per engine beside 8-GPU trainer pods), a trainer pod costs exactly ``a / b`` engine
     slots wherever it goes (``(c - t·a) // b == c // b - t·a/b``), so counting suffices.
-    Otherwise a small dynamic programme over nodes finds the placement of the trainer pods that
-    leaves the most engine slots.
+    Otherwise a dynamic programme over nodes finds the placement of the trainer pods that leaves
+    the most engine slots: nodes × trainer pods × trainer pods per node steps (about 2 s for an
+    absurd 1024 trainer pods of 3 GPUs on 2000 nodes; milliseconds for real layouts).
     """
     trainer, engines = demand.trainer, demand.engines
     t_count = trainer.count if trainer.gpus else 0
