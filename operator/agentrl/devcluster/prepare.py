@@ -139,6 +139,9 @@ def prepare(only: Sequence[str] = (), *, check_only: bool = False) -> float:
         t0 = time.monotonic()
         step.run()
         if not step.is_done():
-            raise PrepareError(f"{step.name}: finished but is not complete (a bug in the step)")
+            raise PrepareError(
+                f"{step.name}: finished, but what it built is already out of date: its inputs "
+                "changed while it ran (files edited during the build?); run it again"
+            )
         say(f"prepare {step.name}: done in {time.monotonic() - t0:.0f}s")
     return time.monotonic() - started

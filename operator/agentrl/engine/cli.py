@@ -149,9 +149,9 @@ def launch(
 )
 @click.option(
     "--engine-cmdline",
-    default=engine_flags.SGLANG_MODULE,
-    show_default=True,
-    help="Substring of the engine process's command line.",
+    default=None,
+    help="Substring of the engine process's command line (default: from spec.inference.server: "
+    f"{engine_flags.SGLANG_MODULE!r} for sglang, {engine_flags.TINY_CMDLINE!r} for tiny).",
 )
 @click.option(
     "--weights-file",
@@ -172,7 +172,7 @@ def watchdog(
     spec_path: Path,
     engine_url: str,
     log_file: Path,
-    engine_cmdline: str,
+    engine_cmdline: str | None,
     weights_file: Path,
     port: int,
     pod_name: str | None,
@@ -192,15 +192,16 @@ def watchdog(
         job = launching.load_job(spec_path)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the job spec: {exc}") from exc
-    config = watching.WatchdogConfig.from_job(
-        job,
-        engine_url=engine_url,
-        log_file=log_file,
-        engine_cmdline=engine_cmdline,
-        weights_file=weights_file,
-        poll_interval_seconds=poll_interval,
-        stop_grace_seconds=stop_grace,
-    )
+    overrides: dict[str, object] = {
+        "engine_url": engine_url,
+        "log_file": log_file,
+        "weights_file": weights_file,
+        "poll_interval_seconds": poll_interval,
+        "stop_grace_seconds": stop_grace,
+    }
+    if engine_cmdline is not None:  # else the spec's engine server decides what to look for
+        overrides["engine_cmdline"] = engine_cmdline
+    config = watching.WatchdogConfig.from_job(job, **overrides)
     asyncio.run(
         watching.serve(
             config,
