@@ -142,6 +142,7 @@ def long_tail_share(start: float, finishes: Sequence[float], quantile: float = 0
     at_quantile = ordered[max(1, math.ceil(quantile * len(ordered))) - 1]
     return (last - at_quantile) / (last - start)
 
+
 ROLLOUT_WORKERS_ALIVE = Gauge(
     "agentrl_rollout_workers_alive",
     "Rollout worker actors the driver can still hand episodes to.",

@@ -547,6 +547,8 @@ class RemoteEpisodes:
         scheduler sets it, :meth:`set_concurrency`)."""
         self._pending: dict[int, tuple[_Worker, asyncio.Future[Trajectory]]] = {}
         self._keys = itertools.count()
+        self._task_json: tuple[Task | None, dict[str, Any]] = (None, {})
+        """The last task handed out and its JSON form (dumped once per group)."""
         self._started = False
         self.lost_episodes = 0
         """Episodes whose worker died while running or holding them (each retried or dropped)."""
@@ -613,7 +615,7 @@ class RemoteEpisodes:
             )
         self._started = True
         metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
-        self._regrant()
+        self._regrant(send=False)  # the first grants travel with the first orders
         return stats
 
     async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
@@ -651,10 +653,17 @@ class RemoteEpisodes:
         future: asyncio.Future[Trajectory] = asyncio.get_running_loop().create_future()
         self._pending[key] = (worker, future)
         worker.outstanding += 1
-        order = EpisodeOrder(
-            key=key, task=task, group_id=group_id, policy_version=policy_version, attempt=attempt
-        )
-        worker.orders.append(order.model_dump(mode="json"))
+        if self._task_json[0] is not task:  # a group's episodes come one after another
+            self._task_json = (task, task.model_dump(mode="json"))
+        # EpisodeOrder's fields, as its model_dump(mode="json") would give them
+        order = {
+            "key": key,
+            "task": self._task_json[1],
+            "group_id": group_id,
+            "policy_version": policy_version,
+            "attempt": attempt,
+        }
+        worker.orders.append(order)
         self._kick(worker)
         try:
             return await future
@@ -670,9 +679,9 @@ class RemoteEpisodes:
 
     # -- grants ------------------------------------------------------------------------------
 
-    def _regrant(self) -> None:
+    def _regrant(self, *, send: bool = True) -> None:
         """Recompute every worker's grant (:func:`~agentrl.rollout.slots.grant_slots`) and send
-        the changed ones."""
+        the changed ones (``send=False``: with the worker's next call)."""
         if not self._started:
             return
         alive = [w.alive for w in self.workers]
@@ -684,7 +693,8 @@ class RemoteEpisodes:
         for worker, grant in zip(self.workers, grants, strict=True):
             if worker.alive and grant != worker.grant:
                 worker.grant = grant
-                self._kick(worker)
+                if send:
+                    self._kick(worker)
 
     def _apply(self, worker: _Worker, report: WorkerReport) -> None:
         if worker.report is None or report.seq > worker.report.seq:
@@ -700,12 +710,11 @@ class RemoteEpisodes:
 
     async def _flush(self, worker: _Worker) -> None:
         """Send a worker its orders and grant, cancels and a withdrawal, batched: everything
-        queued in this turn of the loop (and while a previous call was in flight) goes in one
-        call each, in that order."""
+        queued in the turn of the loop that started this task (its first step is in the next
+        one) and while a previous call was in flight goes in one call each, in that order."""
         import ray
 
         try:
-            await asyncio.sleep(0)
             while worker.alive:
                 if worker.orders or worker.grant != worker.sent_grant:
                     orders, worker.orders = worker.orders, []

@@ -248,20 +248,31 @@ class RolloutScheduler:
         try:
             while True:
                 self._wake.clear()
-                while not self._stopping and len(self._running) < self.window:
-                    item = self._peek()
-                    if item is None:
-                        break
-                    version = self.admission.try_admit()
-                    if version is None:
-                        break
-                    self._next = None
-                    self._launch(item[0], item[1], version)
+                # Up to the concurrency first; the prefetch only after a turn of the loop, so
+                # the orders that start at once go out before those that wait for a slot.
+                if self._admit(self.effective_concurrency) and self.window > len(self._running):
+                    await asyncio.sleep(0)
+                self._admit(self.window)
                 if (self._stopping or self._exhausted) and not self._running:
                     break
                 await self._wake.wait()
         finally:
             self._results.put_nowait(None)
+
+    def _admit(self, limit: int) -> int:
+        """Admit episodes while fewer than ``limit`` are in flight; how many it admitted."""
+        admitted = 0
+        while not self._stopping and len(self._running) < limit:
+            item = self._peek()
+            if item is None:
+                break
+            version = self.admission.try_admit()
+            if version is None:
+                break
+            self._next = None
+            self._launch(item[0], item[1], version)
+            admitted += 1
+        return admitted
 
     def _launch(self, task: Task, group_id: str, version: int) -> None:
         sequence = next(self._admitted)
