@@ -1,5 +1,5 @@
-"""Configured concurrency vs achieved concurrency of the rollout tier, side by side with a client
-left at library defaults.
+"""Configured concurrency vs achieved concurrency of the rollout tier on the path the cluster
+runs, side by side with a client left at library defaults.
 
 What runs (all on 127.0.0.1):
 
@@ -8,25 +8,29 @@ What runs (all on 127.0.0.1):
   ``submit``);
 * a fake sandbox service (``--sandbox-servers`` processes; the provider places sandboxes on them
   round-robin): ``/exec`` is answered ``--tool-latency`` seconds later, ``/create`` and
-  ``/close`` at once;
-* rollout workers (``--workers`` processes, default two per core): each runs
-  :func:`agentrl.rollout.runtime.open_rollout` (the wiring a Ray rollout actor runs: the real
-  scheduler, episode runner, token agent, engine pool and engine client) for its share of the
-  spec's ``sandbox.concurrency``, every pool derived from the spec the bench builds
-  (:func:`bench_spec`), for ``--rounds`` episodes per slot. Workers run on uvloop when it is
-  installed, as Ray's workers do (``--event-loop asyncio`` to compare);
-* or, with ``--path ray``, the trainer's own path over the same fakes and episodes: one driver
-  process starts a local Ray with ``--ray-cpus`` CPUs and ``--workers``
-  :class:`~agentrl.rollout.ray_workers.RolloutWorker` actors (``ray-cpus / workers`` CPUs
-  each), and holds the one scheduler with the whole concurrency over
-  :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` (orders batched into ``submit`` calls,
-  finished trajectories streamed back by long-polled ``collect`` calls), on asyncio's loop as
-  the trainer's driver runs. The actors build their parts with :func:`ray_worker_parts` (the
-  fake sandbox provider, the bench tokenizer, the timed engine client), importing this module
-  by name: the driver puts its directory on their ``PYTHONPATH`` and the rest they need in
-  :data:`RAY_PARTS_ENV`. They run at the driver's niceness (``--ray-worker-niceness``): Ray's
-  own default, 15, would put them below the fakes on shared cores, where the forked workers
-  compete with the fakes as equals.
+  ``/close`` at once; each process logs when each sandbox was created and closed;
+* by default (``--path ray``) the trainer's own path: one driver process starts a local Ray with
+  ``--ray-cpus`` CPUs and ``--workers`` :class:`~agentrl.rollout.ray_workers.RolloutWorker`
+  actors (``ray-cpus / workers`` CPUs each), and holds the one scheduler with the whole
+  concurrency over :class:`~agentrl.rollout.ray_workers.RemoteEpisodes`, on asyncio's loop as
+  the trainer's driver runs: it admits the in-effect concurrency plus as many again, the actors
+  run the episodes in the slots it grants them and start a queued order the moment one of
+  theirs ends, and trajectories stream back by long-polled ``collect`` calls. The actors build
+  their parts with :func:`ray_worker_parts` (the fake sandbox provider, the bench tokenizer, the
+  timed engine client), importing this module by name: the driver puts its directory on their
+  ``PYTHONPATH`` and the rest they need in :data:`RAY_PARTS_ENV`. They run at the driver's
+  niceness (``--ray-worker-niceness``): Ray's own default, 15, would put them below the fakes on
+  shared cores, where the forked workers compete with the fakes as equals;
+* or, with ``--path processes`` (a comparison: no cluster path runs it), forked rollout worker
+  processes (``--workers``, default two per core): each runs
+  :func:`agentrl.rollout.runtime.open_rollout` (its own scheduler, episode runner, token agent,
+  engine pool and engine client) for its share of the spec's ``sandbox.concurrency``, on uvloop
+  when it is installed (``--event-loop asyncio`` to compare).
+
+Both paths run the spec the bench builds (:func:`bench_spec`, every pool derived from it) for
+``--rounds`` episodes per slot. ``--scale-at SECONDS:N`` (ray path, repeatable) changes the
+in-effect concurrency mid-run through the driver's own follower
+(:class:`ScheduledConcurrency`), as ``kubectl scale`` does on a cluster.
 
 The fakes are latency injectors, not the product: they are minimal HTTP/1.1 keep-alive servers
 (:class:`FakeHttpServer`, a timer per request, uvloop when installed) so that on a small machine
@@ -35,13 +39,14 @@ connections and their own CPU seconds. The fake sandbox provider reaches its ser
 the engine client's keep-alive pool (``--sandbox-client aiohttp``: through an aiohttp session;
 at N = 512 the workers then spent about 1.7 times the CPU per episode).
 
-The baseline is the same run in one worker process with both HTTP clients at library defaults
-(aiohttp's ``ClientSession()``: a 100-connection pool), stopped after the ideal wall time + 1 s.
+The baseline is the same run in one forked worker process with both HTTP clients at library
+defaults (aiohttp's ``ClientSession()``: a 100-connection pool), stopped after the ideal wall
+time + 1 s.
 
 Figures (the baseline's computed the same way):
 
 * ``achieved_ratio``: requests in service at the fake engines plus the fake sandbox, averaged over
-  time from 1 s after the workers start to 1 s before the last episode ends, over the configured
+  time from 1 s after the start to 1 s before the last episode ends, over the configured
   concurrency (1.0 = every episode is always being served). The servers integrate requests in
   service over time and the parent reads the integral every 0.25 s, so the average is exact.
   ``achieved_ratio_sampled`` is the former estimator, kept for comparison: the mean of the
@@ -50,30 +55,35 @@ Figures (the baseline's computed the same way):
   missing, the moments between calls; at N = 512 it read 0.997 where the integral gave 0.988;
 * ``ideal_throughput_ratio``: work done (LLM calls × llm latency + execs × tool latency, in
   episode-equivalents) per second of wall time, over the ideal ``N / episode duration``. Wall
-  time runs from the start of the worker processes (ramp-up counts) to the end of the last
-  episode as its worker saw it (or the cap), not to when the parent next polled for results;
+  time counts ramp-up (see below) and ends at the end of the last episode as its worker (ray:
+  the driver) saw it (or the cap), not when the parent next polled for results;
 * ``overhead_p50_ms``/``overhead_p99_ms``: client-observed LLM call latency minus the engine's
   injected latency;
-* ``pools``: per worker, the episodes it keeps in flight, its connections per engine and towards
-  the sandbox service; ``cpu_seconds``: CPU used by the workers, the engines and the sandbox.
+* ``max_live_sandboxes``: the most sandboxes live at once over the whole job, replayed from the
+  sandbox service's logs (:func:`live_sandboxes`); ``sandboxes_created_closed``;
+  ``first_sandbox_seconds`` and ``all_slots_live_seconds``: the ramp, after the start;
+* ``cpu_seconds`` (workers, engines, sandbox service; ray adds ``driver``, the driver process
+  with Ray's threads in it, and ``ray_system``, the local Ray's GCS, raylet, agents and idle
+  workers), and the same per 1,000 episodes (``cpu_seconds_per_1k_episodes``,
+  ``driver_cpu_seconds_per_1k_episodes``, ``worker_cpu_seconds_per_1k_episodes``);
+* ``pools``: per worker, the episodes it kept in flight (ray: its peak, never above its grant),
+  its connections per engine and towards the sandbox service.
 
-With ``--path ray`` (``"path": "ray"`` in the JSON) the figures are computed the same way, with
-these differences. Wall time starts when the driver's first orders go out: Ray's start and the
-actors' opening are not counted, but reported as ``ray_startup_seconds`` (``init_seconds``,
-``workers_open_seconds``); it ends when the driver received the last trajectory. The timed
-client's samples are recorded in the actors, which write them to a temporary directory when they
-close their provider (their last step), for the driver to read. ``cpu_seconds`` adds ``driver``
-(the driver process, Ray's threads in it included: the one process every order and trajectory
-crosses) and ``ray_system`` (the local Ray's GCS, raylet, agents and idle workers), and
-``workers`` is the actors' processes, all over the wall time. ``pools`` gives each actor's peak
-episodes in flight (the driver decides them) and its pools, sized for the whole job;
-``episodes_per_worker``, ``actor_event_loop`` (the loop the actors ran on: Ray's choice) come
-with it. ``--profile-driver FILE`` writes a cProfile of the driver's loop thread over the wall
-time, in that thread's CPU seconds. The baseline is the forked one-process run at library
-defaults, in both paths.
+On the ray path (``"path": "ray"`` in the JSON) wall time starts when the driver's first orders
+go out: Ray's start and the actors' opening are not counted, but reported as
+``ray_startup_seconds`` (``init_seconds``, ``workers_open_seconds``); it ends when the driver
+received the last trajectory. The timed client's samples are recorded in the actors, which write
+them to a temporary directory when they close their provider (their last step), for the driver
+to read. Extra keys: ``episodes_per_worker``, ``episodes_killed`` (running episodes the actors
+cancelled: 0 unless the cap cut the run), ``actor_event_loop`` (Ray's choice), and with
+``--scale-at`` the ``scale`` list (:func:`scale_report`: per change, how long the live sandboxes
+took to reach the new figure, the most live after, creates that found the figure already live,
+the achieved concurrency after). ``--profile-driver FILE`` writes a cProfile of the driver's
+loop thread over the wall time, ``--profile-worker FILE`` one of worker 0's, in that thread's CPU
+seconds. On the processes path wall time starts when the worker processes are forked.
 
-Run: ``python bench/rollout_concurrency.py --concurrency 2048 --json`` (``--path ray`` for the
-trainer's path).
+Run: ``python bench/rollout_concurrency.py --concurrency 2048 --json`` (``--path processes``
+for the comparison; ``--scale-at 9:1024 --scale-at 17:2048`` to scale mid-run).
 """
 
 from __future__ import annotations
@@ -236,8 +246,15 @@ class FakeHttpServer(asyncio.Protocol):
         self.counters.connections -= 1
 
 
-def _serve(routes: dict[bytes, Route], counters: _Counters, port: int, ready: Any) -> None:
-    """Serve ``routes`` (plus ``/stats``) on ``port`` until killed; uvloop when installed."""
+def _serve(
+    routes: dict[bytes, Route],
+    counters: _Counters,
+    port: int,
+    ready: Any,
+    extra: Callable[[], dict[str, Any]] | None = None,
+) -> None:
+    """Serve ``routes`` (plus ``/stats``: the counters, and ``extra()``'s figures) on ``port``
+    until killed; uvloop when installed."""
 
     def stats(_: bytes) -> tuple[float, bytes]:
         data = {
@@ -250,6 +267,8 @@ def _serve(routes: dict[bytes, Route], counters: _Counters, port: int, ready: An
         return 0.0, json.dumps(data).encode()
 
     all_routes = {**routes, b"/stats": stats}
+    if extra is not None:
+        all_routes[b"/live"] = lambda _: (0.0, json.dumps(extra()).encode())
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -296,20 +315,115 @@ def engine_server(port: int, latency: float, turns: int, ready: Any) -> None:
     _serve({b"/generate": generate, b"/health": health}, counters, port, ready)
 
 
+class SandboxLog:
+    """When each sandbox of one process of the fake sandbox service was created and closed
+    (``time.time()`` at the request's arrival). The parent merges the logs of every process into
+    the exact count of live sandboxes over the whole job (:func:`live_sandboxes`): the same
+    clock on one machine, and no process of the service has to see every sandbox."""
+
+    def __init__(self) -> None:
+        self.creates: list[float] = []
+        self.closes: list[float] = []
+
+    def reset(self) -> None:
+        self.creates, self.closes = [], []
+
+    def figures(self) -> dict[str, Any]:
+        return {"creates": self.creates, "closes": self.closes}
+
+
+def live_sandboxes(
+    logs: Sequence[dict[str, Any]], *, target: int, marks: Sequence[tuple[float, int]] = ()
+) -> dict[str, Any]:
+    """Replay the creates and closes of every process of the sandbox service in time order:
+    the most sandboxes live at once, when the first was created, when ``target`` were first
+    live, and for each ``(time, figure)`` of ``marks`` (the driver applying a new in-effect
+    concurrency): the live count then, whether it must rise or fall to the figure, when it first
+    got there, the most live from then to the next mark, and the creates that found the figure
+    already live (each one a sandbox over the cap)."""
+    events = sorted(
+        [(t, 1) for log in logs for t in log["creates"]]
+        + [(t, -1) for log in logs for t in log["closes"]]
+    )
+    out: dict[str, Any] = {
+        "max_live": 0,
+        "creates": sum(len(log["creates"]) for log in logs),
+        "closes": sum(len(log["closes"]) for log in logs),
+        "first_create_at": None,
+        "target_at": None,
+        "marks": [],
+    }
+    pending = sorted(marks)
+    live = 0
+    mark: dict[str, Any] | None = None
+
+    def open_mark(at: float, cap: int) -> dict[str, Any]:
+        record = {
+            "at": at,
+            "cap": cap,
+            "live_at_mark": live,
+            "direction": "up" if cap > live else "down",
+            "reached_at": None,
+            "max_live_after_reached": None,
+            "creates_at_or_over_cap": 0,
+        }
+        out["marks"].append(record)
+        return record
+
+    def track(now: float) -> None:
+        if mark is None:
+            return
+        if mark["reached_at"] is not None:
+            mark["max_live_after_reached"] = max(mark["max_live_after_reached"], live)
+        elif (live >= mark["cap"]) if mark["direction"] == "up" else (live <= mark["cap"]):
+            mark["reached_at"] = now
+            mark["max_live_after_reached"] = live
+
+    for at, change in events:
+        while pending and pending[0][0] <= at:
+            mark = open_mark(*pending.pop(0))
+            track(mark["at"])
+        if change > 0:
+            if mark is not None and live >= mark["cap"]:
+                mark["creates_at_or_over_cap"] += 1
+            if out["first_create_at"] is None:
+                out["first_create_at"] = at
+        live += change
+        out["max_live"] = max(out["max_live"], live)
+        if out["target_at"] is None and live >= target > 0:
+            out["target_at"] = at
+        track(at)
+    for at, cap in pending:  # after the last sandbox closed
+        mark = open_mark(at, cap)
+        track(at)
+    return out
+
+
 def sandbox_server(port: int, latency: float, ready: Any) -> None:
     counters = _Counters()
+    log = SandboxLog()
 
     tests = json.dumps({"exit_code": 0, "stdout": f"PASSED {TEST_ID}\n"}).encode()
     other = json.dumps({"exit_code": 0, "stdout": ""}).encode()
+    ok = b'{"ok": true}'
 
     def execute(body: bytes) -> tuple[float, bytes]:
         return latency, tests if b"pytest" in body else other
 
-    def instant(_: bytes) -> tuple[float, bytes]:
-        return 0.0, b'{"ok": true}'
+    def create(_: bytes) -> tuple[float, bytes]:
+        log.creates.append(time.time())
+        return 0.0, ok
 
-    routes = {b"/exec": execute, b"/create": instant, b"/close": instant}
-    _serve(routes, counters, port, ready)
+    def close(_: bytes) -> tuple[float, bytes]:
+        log.closes.append(time.time())
+        return 0.0, ok
+
+    def reset(_: bytes) -> tuple[float, bytes]:
+        log.reset()
+        return 0.0, ok
+
+    routes = {b"/exec": execute, b"/create": create, b"/close": close, b"/reset": reset}
+    _serve(routes, counters, port, ready, extra=log.figures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,6 +643,12 @@ async def worker_main(
     """One rollout worker: ``open_rollout`` (the wiring Ray actors run) with this worker's share
     of the spec's concurrency, for ``rounds`` episodes per slot."""
     configure_worker_process()  # what a Ray rollout actor does when it starts
+    profile = None
+    if args.get("profile_worker") and index == 0 and not defaults:
+        import cProfile
+
+        profile = cProfile.Profile(time.thread_time)
+        profile.enable()
     cpu0 = time.process_time()
     samples: list[float] = []
     spec = bench_spec(args, workers)
@@ -577,6 +697,9 @@ async def worker_main(
         finished_at = min(time.time(), deadline)
         cpu = time.process_time() - cpu0
     await provider.aclose()
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(args["profile_worker"])
     return {
         "samples": samples,
         "classes": classes,
@@ -617,12 +740,28 @@ class RecordingProvider(HttpSandboxProvider):
     ``path``: the timed engine client's samples and the provider's connections."""
 
     def __init__(
-        self, clients: Sequence[SandboxClient], *, samples: list[float], path: str
+        self,
+        clients: Sequence[SandboxClient],
+        *,
+        samples: list[float],
+        path: str,
+        profile: str | None = None,
     ) -> None:
         super().__init__(clients)
         self.samples, self.path = samples, path
+        self.profile: Any = None
+        self.profile_path = profile
+        if profile is not None:
+            import cProfile
+
+            # The loop thread's CPU time (see --profile-driver), from the actor's opening on.
+            self.profile = cProfile.Profile(time.thread_time)
+            self.profile.enable()
 
     async def aclose(self) -> None:
+        if self.profile is not None:
+            self.profile.disable()
+            self.profile.dump_stats(self.profile_path)
         await super().aclose()
         record = {
             "pid": os.getpid(),
@@ -656,8 +795,9 @@ def ray_worker_parts(config: Any, index: int) -> Any:
             clients.append(AiohttpSandboxClient(url, session))
     samples: list[float] = []
     path = os.path.join(settings["out_dir"], f"worker-{index}.json")
+    profile = settings.get("profile_worker") if index == 0 else None
     return WorkerParts(
-        provider=RecordingProvider(clients, samples=samples, path=path),
+        provider=RecordingProvider(clients, samples=samples, path=path, profile=profile),
         tokenizer=BenchTokenizer(),
         engine_client=functools.partial(TimedEngineClient, samples=samples),
     )
@@ -697,12 +837,43 @@ def _ray_processes() -> list[int]:
     return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
+class ScheduledConcurrency:
+    """The in-effect concurrency as the operator would write it after ``kubectl scale``: a
+    :class:`~agentrl.rollout.concurrency_source.ConcurrencySource` the driver follows exactly as
+    it follows the mounted ``runtime.yaml`` (:func:`~agentrl.rollout.runtime.following`), minus
+    the kubelet's file sync. It yields the initial figure, then each ``(seconds, figure)`` of
+    ``schedule`` that many seconds after :meth:`begin`, recording when it handed each over (the
+    driver applies it in the same turn of its loop)."""
+
+    def __init__(self, initial: int, schedule: Sequence[tuple[float, int]]) -> None:
+        self.initial, self.schedule = initial, list(schedule)
+        self._began = asyncio.Event()
+        self._start = 0.0
+        self.applied: list[tuple[float, int]] = []
+        """(time, figure) of each change the driver was handed."""
+
+    def begin(self, start: float) -> None:
+        self._start = start
+        self._began.set()
+
+    async def changes(self) -> Any:
+        from agentrl.rollout.concurrency_source import InEffect
+
+        yield InEffect(concurrency=self.initial)
+        await self._began.wait()
+        for at, figure in self.schedule:
+            await asyncio.sleep(max(0.0, self._start + at - time.time()))
+            self.applied.append((time.time(), figure))
+            yield InEffect(concurrency=figure)
+
+
 async def ray_driver_main(
     args: dict[str, Any], workers: int, cap: float, out: Any, timings: dict[str, float]
 ) -> dict[str, Any]:
     """The trainer's driver path: the scheduler with the whole concurrency over
     :class:`~agentrl.rollout.ray_workers.RemoteEpisodes` of ``workers`` started actors, for
-    ``rounds`` episodes per slot; tells the parent (``out``) when the first order goes out."""
+    ``rounds`` episodes per slot, following ``scale_at``'s changes of the in-effect
+    concurrency; tells the parent (``out``) when the first order goes out."""
     import ray
 
     from agentrl.api import AgentRLJob
@@ -722,20 +893,28 @@ async def ray_driver_main(
     spec = AgentRLJob.model_validate(config.job).spec
     groups = math.ceil(args["concurrency"] * args["rounds"] / spec.rollout.group_size)
     tasks = [bench_task(i) for i in range(groups)]
+    source = None
+    if args.get("scale_at"):
+        source = ScheduledConcurrency(args["concurrency"], args["scale_at"])
     began = time.time()
     actors = start_workers(config, cpus_per_worker=args["ray_cpus"] / workers)
     episodes = RemoteEpisodes(actors, spec)
     classes: dict[str, int] = {}
     profile = None
     try:
-        async with open_remote_rollout(spec, episodes, tasks=tasks) as scheduler:
-            # The actors are open; the scheduler's first orders go out in this turn of the loop.
-            start = time.time()
-            timings["workers_open_seconds"] = start - began
-            out.put({"started": start})
+        async with open_remote_rollout(
+            spec, episodes, tasks=tasks, concurrency_source=source
+        ) as scheduler:
+            # The actors are open. The CPU bookkeeping first (it blocks this loop): the
+            # scheduler's first orders go out at this code's first await.
             actor_pids = [w.pid for w in episodes.workers]
             system_pids = [p for p in _ray_processes() if p not in actor_pids]
             cpu0 = time.process_time(), _cpu_of(actor_pids), _cpu_of(system_pids)
+            start = time.time()
+            timings["workers_open_seconds"] = start - began
+            out.put({"started": start})
+            if source is not None:
+                source.begin(start)
             if args.get("profile_driver"):
                 import cProfile
 
@@ -788,7 +967,9 @@ async def ray_driver_main(
         "cpu": cpu,
         "pools": pools,
         "episodes_per_worker": [stats[i].episodes for i in range(workers)],
+        "episodes_killed": sum(stats[i].cancelled for i in range(workers)),
         "actor_event_loop": "+".join(sorted(loops)),
+        "scale_applied": [] if source is None else source.applied,
     }
 
 
@@ -814,6 +995,7 @@ def ray_driver_process(args: dict[str, Any], workers: int, cap: float, out: Any)
                     "sandbox_urls": args["sandbox_urls"],
                     "sandbox_client": args["sandbox_client"],
                     "out_dir": out_dir,
+                    "profile_worker": args.get("profile_worker"),
                 }
             )
             # Ray runs its workers at nice 15 unless told otherwise; the forked workers run at
@@ -907,6 +1089,9 @@ def run_mode(
 
     async def observe() -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
+            for url in sandbox:  # live sandboxes are counted per run
+                async with session.post(f"{url}/reset", json={}) as resp:
+                    resp.raise_for_status()
             engine0 = await _stats(session, engines)
             sandbox0 = await _stats(session, sandbox)
             procs, start = _processes(ctx, out, args, path, workers, defaults, cap)
@@ -931,6 +1116,10 @@ def run_mode(
                 await asyncio.sleep(0.25)
             engine1 = await _stats(session, engines)
             sandbox1 = await _stats(session, sandbox)
+            logs = []
+            for url in sandbox:
+                async with session.get(f"{url}/live") as resp:
+                    logs.append(await resp.json())
             for proc in procs:
                 proc.join(timeout=30)
         assert start is not None
@@ -945,6 +1134,7 @@ def run_mode(
             "cpu_engines": engine1["cpu_seconds"] - engine0["cpu_seconds"],
             "cpu_sandbox": sandbox1["cpu_seconds"] - sandbox0["cpu_seconds"],
             "connections": engine1["connections"] + sandbox1["connections"],
+            "logs": logs,
         }
 
     seen = asyncio.run(observe())
@@ -974,9 +1164,10 @@ def run_mode(
     overhead = sorted((s - args["llm_latency"]) * 1000 for s in samples)
     pools = [p for r in seen["results"] for p in (r["pools"] if path == "ray" else [r["pools"]])]
     if path == "ray":  # one result: the driver's (workers, driver, the rest of Ray)
-        cpu = {key: round(value, 2) for key, value in seen["results"][0]["cpu"].items()}
+        raw_cpu = dict(seen["results"][0]["cpu"])
     else:
-        cpu = {"workers": round(sum(r["cpu"] for r in seen["results"]), 2)}
+        raw_cpu = {"workers": sum(r["cpu"] for r in seen["results"])}
+    cpu = {key: round(value, 2) for key, value in raw_cpu.items()}
     report = {
         "achieved_ratio": round(achieved, 4),
         "achieved_ratio_sampled": round(achieved_sampled, 4),
@@ -994,12 +1185,75 @@ def run_mode(
             "sandbox": round(seen["cpu_sandbox"], 2),
         },
     }
+    per_1k = {
+        key: round(value * 1000 / report["episodes_completed"], 3) if classes else None
+        for key, value in raw_cpu.items()
+    }
+    report["cpu_seconds_per_1k_episodes"] = per_1k
+    report["driver_cpu_seconds_per_1k_episodes"] = per_1k.get("driver")
+    report["worker_cpu_seconds_per_1k_episodes"] = per_1k.get("workers")
+    report.update(_sandbox_figures(seen, n, path))
     if path == "ray":
         (result,) = seen["results"]
         report["ray_startup_seconds"] = result["ray_startup_seconds"]
         report["episodes_per_worker"] = result["episodes_per_worker"]
+        report["episodes_killed"] = result["episodes_killed"]
         report["actor_event_loop"] = result["actor_event_loop"]
     return report
+
+
+def _sandbox_figures(seen: dict[str, Any], n: int, path: str) -> dict[str, Any]:
+    """What the sandbox service's logs say (:func:`live_sandboxes`): the most live at once, the
+    ramp (seconds after the start until the first sandbox, and until ``n`` were live), creates
+    and closes, and with ``--scale-at`` each change (:func:`scale_report`)."""
+    start, end = seen["start"], seen["end"]
+    applied = seen["results"][0].get("scale_applied", []) if path == "ray" else []
+    live = live_sandboxes(seen["logs"], target=n, marks=[tuple(m) for m in applied])
+    figures: dict[str, Any] = {
+        "max_live_sandboxes": live["max_live"],
+        "first_sandbox_seconds": _since(live["first_create_at"], start),
+        "all_slots_live_seconds": _since(live["target_at"], start),
+        "sandboxes_created_closed": [live["creates"], live["closes"]],
+    }
+    if live["marks"]:
+        figures["scale"] = scale_report(live["marks"], seen["series"], start, end)
+    return figures
+
+
+def _since(moment: float | None, start: float) -> float | None:
+    return None if moment is None else round(moment - start, 3)
+
+
+def scale_report(
+    marks: list[dict[str, Any]], series: list[tuple[float, float, float]], start: float, end: float
+) -> list[dict[str, Any]]:
+    """Each change of the in-effect concurrency: when (seconds after the start), from what live
+    count to what figure, how long the live sandboxes took to get there (up: every slot
+    filled; down: the running episodes over the new figure ended, none was stopped), the most
+    live after that, the creates that found the figure already live, and the achieved
+    concurrency (requests in service, as ``achieved_ratio``) over the new figure from then to
+    the next change (or 1 s before the end)."""
+    out = []
+    for number, mark in enumerate(marks):
+        until = marks[number + 1]["at"] if number + 1 < len(marks) else end - 1.0
+        reached = mark["reached_at"]
+        phase = {
+            "at_seconds": round(mark["at"] - start, 2),
+            "live_at_change": mark["live_at_mark"],
+            "to": mark["cap"],
+            "direction": mark["direction"],
+            "reached_after_seconds": None if reached is None else round(reached - mark["at"], 3),
+            "max_live_after_reached": mark["max_live_after_reached"],
+            "creates_at_or_over_cap": mark["creates_at_or_over_cap"],
+            "achieved_ratio_after": None,
+        }
+        after = reached if reached is not None else math.inf
+        window = [(t, busy) for t, _, busy in series if after <= t <= until]
+        if len(window) >= 2 and window[-1][0] > window[0][0] and mark["cap"] > 0:
+            (t0, busy0), (t1, busy1) = window[0], window[-1]
+            phase["achieved_ratio_after"] = round((busy1 - busy0) / (t1 - t0) / mark["cap"], 4)
+        out.append(phase)
+    return out
 
 
 POOL_KEYS = ("episodes_in_flight", "engine_connections_per_engine", "sandbox_connections")
@@ -1020,6 +1274,18 @@ def _start_server(target: Any, *extra: Any) -> tuple[Any, str]:
     if not ready.wait(30):
         raise RuntimeError(f"{target.__name__} did not start")
     return proc, f"http://127.0.0.1:{port}"
+
+
+def _scale_point(text: str) -> tuple[float, int]:
+    """``SECONDS:CONCURRENCY`` of ``--scale-at``."""
+    at, sep, figure = text.partition(":")
+    try:
+        point = float(at), int(figure)
+    except ValueError:
+        point = (-1.0, -1)
+    if not sep or point[0] < 0 or point[1] < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: want SECONDS:CONCURRENCY, both ≥ 0")
+    return point
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1056,10 +1322,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--path",
-        choices=("processes", "ray"),
-        default="processes",
-        help="processes: each worker process schedules its share; ray: the trainer's driver "
-        "schedules the whole concurrency over RolloutWorker actors on a local Ray",
+        choices=("ray", "processes"),
+        default="ray",
+        help="ray (what the cluster runs): the trainer's driver admits the whole concurrency and "
+        "RolloutWorker actors on a local Ray run the episodes in the slots it grants them; "
+        "processes (a comparison): forked worker processes each schedule a share themselves",
+    )
+    parser.add_argument(
+        "--scale-at",
+        action="append",
+        default=[],
+        metavar="SECONDS:CONCURRENCY",
+        type=_scale_point,
+        help="--path ray: change the in-effect concurrency to CONCURRENCY this many seconds "
+        "after the first orders (repeat for more changes, up or down, as kubectl scale does)",
     )
     parser.add_argument(
         "--ray-cpus",
@@ -1077,10 +1353,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-driver", help="--path ray: write the driver's cProfile stats to this file"
     )
+    parser.add_argument(
+        "--profile-worker",
+        help="write rollout worker 0's cProfile stats (its loop thread's CPU time; --path ray: "
+        "actor 0 from its opening to its close) to this file",
+    )
     parser.add_argument("--trace", help="append the in-service time series to this file")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     opts = parser.parse_args(argv)
+    if opts.scale_at and opts.path != "ray":
+        parser.error("--scale-at follows the driver's in-effect concurrency: --path ray only")
+    scale_at = sorted(opts.scale_at)
 
     servers: list[Any] = []
     try:
@@ -1111,6 +1395,8 @@ def main(argv: list[str] | None = None) -> int:
             "ray_cpus": opts.ray_cpus,
             "ray_worker_niceness": opts.ray_worker_niceness,
             "profile_driver": opts.profile_driver,
+            "profile_worker": opts.profile_worker,
+            "scale_at": scale_at,
         }
         report: dict[str, Any] = {
             "path": opts.path,
@@ -1134,15 +1420,15 @@ def main(argv: list[str] | None = None) -> int:
                     "driver_event_loop": "asyncio",
                 }
             )
-        report.update(
-            run_mode(
-                args,
-                workers=opts.workers,
-                defaults=False,
-                cap=ideal_wall * 1.3 + 3,
-                path=opts.path,
-            )
-        )
+        cap = ideal_wall * 1.3 + 3
+        if scale_at:
+            report["scale_at"] = [list(point) for point in scale_at]
+            report["in_effect_max"] = max([opts.concurrency, *(c for _, c in scale_at)])
+            # The same episodes at a lower figure for a while take longer: room for a run at
+            # the lowest figure throughout, so the cap never cuts an episode.
+            lowest = min([opts.concurrency, *(c for _, c in scale_at)])
+            cap = ideal_wall * opts.concurrency / max(lowest, 1) * 1.3 + scale_at[-1][0] + 3
+        report.update(run_mode(args, workers=opts.workers, defaults=False, cap=cap, path=opts.path))
         if not opts.skip_baseline:
             # Library defaults, one process, measured over the same ideal wall time.
             base = run_mode(args, workers=1, defaults=True, cap=ideal_wall + 1)
