@@ -356,6 +356,8 @@ class RolloutWorker:
         )
 
     async def _episode(self, order: EpisodeOrder) -> None:
+        trajectory: Trajectory | None = None
+        error: str | None = None
         try:
             trajectory = await self._runner.run(
                 order.task,
@@ -363,15 +365,18 @@ class RolloutWorker:
                 policy_version=order.policy_version,
                 attempt=order.attempt,
             )
-            done = EpisodeDone(key=order.key, trajectory=trajectory.model_dump_json())
         except asyncio.CancelledError:
             self._stats.cancelled += 1
             raise
         except Exception as exc:  # the runner classifies failures itself; this is a bug
-            done = EpisodeDone(key=order.key, error=f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
         finally:
             self._running.pop(order.key, None)
             self._fill()  # the freed slot takes the next queued order now, not after a round trip
+        if trajectory is not None:
+            done = EpisodeDone(key=order.key, trajectory=trajectory.model_dump_json())
+        else:
+            done = EpisodeDone(key=order.key, error=error)
         self._stats.episodes += 1
         self._ready.append(done)
         assert self._wake is not None
