@@ -4,6 +4,7 @@ back for a straggler at the bound; finished work is never thrown away."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -108,7 +109,7 @@ class _Runner:
 
 
 async def _train(
-    tmp_path: Path, *, steps: int
+    tmp_path: Path, *, steps: int, steps_log: Path | None = None
 ) -> tuple[list[StepRecord], list[list[tuple[str, int]]]]:
     spec = AgentRLJobSpec.model_validate(
         {
@@ -145,6 +146,7 @@ async def _train(
         checkpoints=CheckpointStore(tmp_path),
         stream=stream,
         state=DriverState(),
+        steps_log=steps_log,
     )
     try:
         await asyncio.wait_for(driver.run(), timeout=10)
@@ -185,3 +187,13 @@ async def test_the_first_step_does_not_wait_for_the_slowest_member_of_a_batch(
     assert records[0].trajectories == 2
     assert records[0].in_flight >= 1
     assert records[0].classes == {TerminalClass.COMPLETED.value: 3}  # g0's first + g1's two
+
+
+async def test_each_step_is_logged_on_a_fresh_volume_before_any_checkpoint(tmp_path: Path) -> None:
+    # The trainer pod logs steps to CHECKPOINT/trainer/steps.jsonl; on a fresh checkpoint
+    # volume that directory does not exist until the first checkpoint (intervalSteps 100 here).
+    log = tmp_path / "volume" / "trainer" / "steps.jsonl"
+    await _train(tmp_path, steps=3, steps_log=log)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert [line["trajectories"] for line in lines] == [2, 2, 2]

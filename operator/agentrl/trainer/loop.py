@@ -392,6 +392,8 @@ class TrainingDriver:
         self._zero_variance = 0
         self.records.append(record)
         if self.steps_log is not None:
+            # a fresh checkpoint volume has no directory yet (the first checkpoint makes it)
+            self.steps_log.parent.mkdir(parents=True, exist_ok=True)
             with self.steps_log.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")
         if self.on_step is not None:
