@@ -202,6 +202,26 @@ class PodFactory:
         self._pod["status"]["containerStatuses"].append(status)
         return self
 
+    def failed(self, container: str, exit_code: int, message: str = "") -> Self:
+        """Failed (restartPolicy Never): the container terminated with ``exit_code``; with
+        ``terminationMessagePolicy: FallbackToLogsOnError`` the kubelet puts the tail of its
+        log in ``message``."""
+        self._pod["status"]["phase"] = "Failed"
+        self._condition("PodScheduled", "True")
+        self._condition("Ready", "False", "PodFailed")
+        terminated: dict[str, Any] = {"exitCode": exit_code, "reason": "Error"}
+        if message:
+            terminated["message"] = message
+        self._pod["status"]["containerStatuses"].append(
+            {
+                "name": container,
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+        )
+        return self
+
     def restarts(self, container: str, count: int) -> Self:
         for status in self._pod["status"]["containerStatuses"]:
             if status["name"] == container:

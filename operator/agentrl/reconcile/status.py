@@ -610,7 +610,10 @@ def compute_status(
     """The job's new status from its current one (``job.status``) and ``observed``."""
     previous = job.status or AgentRLJobStatus()
     decision = trainer_restarts.decide(
-        job, recorded_restarts=previous.trainer.restarts, observed=observed.trainer_job
+        job,
+        recorded_restarts=previous.trainer.restarts,
+        observed=observed.trainer_job,
+        pods=observed.pods_of(Component.TRAINER),
     )
     prev_start = parse_time(previous.start_time)
     terminal = _terminal(job, previous, observed, decision, prev_start, now)

@@ -130,6 +130,9 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
                 "image": trainer.image,
                 # No command: the trainer image's entrypoint runs the driver (rank 0) or a rank.
                 "env": trainer_env(job, ctx, attempt=attempt),
+                # A failed trainer's last log lines become its termination message, which the
+                # operator quotes when it restarts the trainer (the Job is then deleted).
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "ports": [
                     {"name": "rendezvous", "containerPort": TRAINER_MASTER_PORT},
                     {"name": "ray", "containerPort": RAY_HEAD_PORT},

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agentrl.api import Reason
-from agentrl.reconcile.observed import trainer_job_from_object
+from agentrl.reconcile.observed import pod_from_object, trainer_job_from_object
 from agentrl.reconcile.policies.trainer_restarts import TrainerRestartDecision, decide
-from tests.factories import make_job, make_trainer_job
+from tests.factories import make_job, make_pod, make_trainer_job
 
 FAILED = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
 
@@ -73,3 +73,28 @@ def test_a_trainer_job_past_its_deadline_fails_the_job_without_a_restart():
 def test_a_failed_job_being_deleted_is_waited_for():
     decision = _decide(3, 1, make_trainer_job(attempt=0, condition=FAILED, deleting=True))
     assert decision == TrainerRestartDecision(restarts=1)
+
+
+def test_the_failed_trainers_last_log_lines_are_in_the_message():
+    # what the kubelet writes with FallbackToLogsOnError: the tail of the log
+    log = (
+        'Traceback (most recent call last):\n  File "/opt/venv/lib/python3.11/site-packages/'
+        'agentrl/trainer/loop.py", line 395, in _train\n'
+        '    with self.steps_log.open("a", encoding="utf-8") as fh:\n\n'
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/checkpoints/trainer/steps.jsonl'\n"
+    )
+    pods = [
+        pod_from_object(make_pod("demo-trainer-0-x", "trainer").failed("trainer", 1, log).obj()),
+        pod_from_object(make_pod("demo-trainer-1-y", "trainer").failed("trainer", 0).obj()),
+    ]
+    job = make_job().with_trainer(backoffLimit=3).obj()
+    observed = trainer_job_from_object(make_trainer_job(attempt=0, failed=1, condition=FAILED))
+    decision = decide(job, recorded_restarts=0, observed=observed, pods=pods)
+    assert decision.failure_message == (
+        "Job has reached the specified backoff limit; pod demo-trainer-0-x exited 1: "
+        'File "/opt/venv/lib/python3.11/site-packages/agentrl/trainer/loop.py", line 395, in '
+        '_train | with self.steps_log.open("a", encoding="utf-8") as fh: | '
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/checkpoints/trainer/steps.jsonl'"
+    )

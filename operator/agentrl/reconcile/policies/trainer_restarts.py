@@ -19,13 +19,20 @@ is the job's, not the attempt's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, Reason
-from agentrl.reconcile.observed import ObservedTrainerJob
+from agentrl.reconcile.observed import ObservedPod, ObservedTrainerJob
 
 #: The reason Kubernetes gives a Job that ran past its activeDeadlineSeconds.
 JOB_DEADLINE_REASON = "DeadlineExceeded"
+#: The trainer container's name (``reconcile.trainer``).
+TRAINER_CONTAINER = "trainer"
+#: How much of a failed trainer's last words goes into the message (lines, characters).
+LAST_WORDS_LINES = 3
+LAST_WORDS_CHARS = 600
 
 
 class TrainerRestartDecision(BaseModel):
@@ -47,14 +54,40 @@ class TrainerRestartDecision(BaseModel):
     """The trainer Job's own failure message, for the condition and the event."""
 
 
+def last_words(pods: Sequence[ObservedPod]) -> str | None:
+    """Why the trainer's pods failed, in their own words: each failed trainer container's exit
+    code and the last lines of its termination message (the tail of its log: the trainer
+    container's ``terminationMessagePolicy`` is ``FallbackToLogsOnError``). The Job's own
+    message only says that its backoff limit was reached."""
+    said = []
+    for pod in pods:
+        for container in pod.containers:
+            code = container.terminated_exit_code
+            if container.name != TRAINER_CONTAINER or code in (None, 0):
+                continue
+            lines = [ln.strip() for ln in (container.terminated_message or "").splitlines()]
+            tail = " | ".join([ln for ln in lines if ln][-LAST_WORDS_LINES:])
+            if len(tail) > LAST_WORDS_CHARS:
+                tail = "…" + tail[-LAST_WORDS_CHARS:]
+            said.append(f"pod {pod.name} exited {code}" + (f": {tail}" if tail else ""))
+    return "; ".join(said) or None
+
+
 def decide(
-    job: AgentRLJob, *, recorded_restarts: int, observed: ObservedTrainerJob | None
+    job: AgentRLJob,
+    *,
+    recorded_restarts: int,
+    observed: ObservedTrainerJob | None,
+    pods: Sequence[ObservedPod] = (),
 ) -> TrainerRestartDecision:
-    """Restart, give up or carry on, from the recorded count and the observed trainer Job."""
+    """Restart, give up or carry on, from the recorded count and the observed trainer Job
+    (``pods``: the trainer's pods, whose last words go into the failure message)."""
     failed = None if observed is None else observed.failed_condition
     if observed is None or failed is None or observed.deleting:
         return TrainerRestartDecision(restarts=recorded_restarts)
     message = failed.message or failed.reason or "the trainer Job failed"
+    if (words := last_words(pods)) is not None:
+        message = f"{message}; {words}"
     if observed.attempt < recorded_restarts:
         # Counted already; the operator stopped before deleting it.
         return TrainerRestartDecision(
