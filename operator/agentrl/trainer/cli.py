@@ -312,6 +312,15 @@ async def drive(
         state = DriverState(step=(checkpoints.steps() or [0])[-1])
     else:
         state = checkpoints.load(backend) or DriverState()
+        if state.step:
+            log.info(
+                "resuming from the checkpoint of step %d (restart %d): data position %d, "
+                "pending positions %s",
+                state.step,
+                state.restarts,
+                state.task_cursor,
+                state.pending_positions,
+            )
     urls = config.runtime.engines.urls
     pool = connection_pool_size(spec)
     clients = [EngineClient(u, max_connections=pool) for u in urls]
