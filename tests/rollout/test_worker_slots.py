@@ -261,7 +261,10 @@ class Rollout:
     def settled(self) -> bool:
         """Every grant the driver decided has reached its worker, and no call is on its way."""
         return all(
-            not d.flushing and not d.orders and d.sent_grant == d.grant == w._slots
+            not d.flushing
+            and not d.orders
+            and d.grant == w._slots
+            and d.sent_grant in (None, d.grant)  # None: it never needed a call
             for d, w in zip(self.remote.workers, self.workers, strict=True)
         )
 
@@ -353,3 +356,25 @@ async def test_stopping_the_scheduler_withdraws_the_orders_that_never_started() 
             rollout.gates.end(w, rollout.gates.running(w))
     assert len(rollout.got) == rollout.gates.started == 4
     assert rollout.remote.outstanding() == [0, 0]
+
+
+async def test_a_worker_without_a_share_gets_no_orders_and_hands_its_queue_over() -> None:
+    # concurrency 1 over 2 workers: worker 1's share is 0, so it never holds an order
+    async with Rollout(concurrency=1, workers=2, episodes=5) as rollout:
+        await rollout.settle()
+        assert rollout.remote.grants() == [1, 0]
+        assert rollout.remote.outstanding() == [2, 0]
+        await rollout.drain(5)
+    assert rollout.gates.running(1) == 0 and rollout.gates.over_cap == []
+
+    # lowered below the number of workers with orders queued in both: worker 1's queue moves
+    # to worker 0 (none of them would ever get a slot there) and every episode still ends
+    async with Rollout(concurrency=4, workers=2, episodes=20) as rollout:
+        await rollout.settle()
+        assert [w.stats()["queued"] for w in rollout.workers] == [2, 2]
+        rollout.scale(1)
+        await rollout.settle()
+        assert rollout.workers[1].stats()["queued"] == 0
+        await rollout.drain(20)
+    assert rollout.gates.over_cap == []
+    assert sum(w.cancelled for w in rollout.remote.final_stats) == 0

@@ -14,8 +14,10 @@ The invariant "at most the in-effect concurrency of live sandboxes" is kept *at 
   still running), and a worker runs at most that many episodes at once;
 * the scheduler admits up to the in-effect concurrency *plus as many again*
   (:attr:`RemoteEpisodes.prefetch`), and :meth:`RemoteEpisodes.run` gives each admitted episode
-  to the live worker with the fewest outstanding orders (ties: the lowest index) — orders made in
-  one turn of the driver's loop travel in one ``submit`` call per worker, with the worker's grant;
+  to the live worker furthest below twice its share (its slots and one refill of each; ties: the
+  lowest index; a worker without a share gets none and hands over what it had queued) — orders
+  made in one turn of the driver's loop travel in one ``submit`` call per worker, with the
+  worker's grant;
 * a worker starts an order at once when it has a free slot, else queues it, and starts the next
   queued order **the moment one of its episodes ends**, in the same turn of its loop — so a
   burst of finishes refills without waiting for the driver. The driver tops the queues up as
@@ -503,7 +505,11 @@ class _Worker:
     orders: list[dict[str, Any]] = field(default_factory=list)
     """Orders not sent yet."""
     cancels: list[int] = field(default_factory=list)
-    withdrawing: bool = False
+    withdrawing: str | None = None
+    """``cancel``: drop its queued orders (the scheduler stops); ``move``: hand them to the
+    workers with a share (this one has none)."""
+    share: int = 0
+    """Its even share of the concurrency (0: it gets no orders)."""
     grant: int = 0
     """The slots it should run under (sent with its next call when it changed)."""
     sent_grant: int | None = None
@@ -524,6 +530,16 @@ class _Worker:
             return 0
         known = 0 if self.report is None else max(self.report.running, self.report.slots)
         return max(known, *self.unacked) if self.unacked else known
+
+
+@dataclass
+class _Order:
+    """An order the driver handed out and has no answer for yet."""
+
+    worker: _Worker
+    future: asyncio.Future[Trajectory]
+    payload: dict[str, Any]
+    """:class:`EpisodeOrder`'s fields, as sent."""
 
 
 class RemoteEpisodes:
@@ -550,7 +566,7 @@ class RemoteEpisodes:
         self.capacity = spec.sandbox.concurrency
         """The effective concurrency: live episodes over all workers never exceed it (the
         scheduler sets it, :meth:`set_concurrency`)."""
-        self._pending: dict[int, tuple[_Worker, asyncio.Future[Trajectory]]] = {}
+        self._pending: dict[int, _Order] = {}
         self._keys = itertools.count()
         self._task_json: tuple[Task | None, dict[str, Any]] = (None, {})
         """The last task handed out and its JSON form (dumped once per group)."""
@@ -599,10 +615,10 @@ class RemoteEpisodes:
                 entry = self._pending.pop(order["key"], None)
                 if entry is not None:
                     worker.outstanding -= 1
-                    entry[1].cancel()
+                    entry.future.cancel()
             worker.orders = []
             if worker.outstanding:
-                worker.withdrawing = True
+                worker.withdrawing = "cancel"
                 self._kick(worker)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -648,7 +664,13 @@ class RemoteEpisodes:
             attempt += 1
 
     def _pick(self) -> _Worker | None:
+        """The live worker furthest below its target of outstanding orders (twice its share:
+        its slots and one refill of each), ties to the lowest index; a worker without a share
+        gets orders only when no worker has one (the concurrency is 0: they wait there)."""
         live = [w for w in self.workers if w.alive]
+        sharing = [w for w in live if w.share > 0]
+        if sharing:
+            return min(sharing, key=lambda w: (w.outstanding - 2 * w.share, w.index))
         return min(live, key=lambda w: (w.outstanding, w.index)) if live else None
 
     async def _dispatch(
@@ -656,8 +678,6 @@ class RemoteEpisodes:
     ) -> Trajectory:
         key = next(self._keys)
         future: asyncio.Future[Trajectory] = asyncio.get_running_loop().create_future()
-        self._pending[key] = (worker, future)
-        worker.outstanding += 1
         if self._task_json[0] is not task:  # a group's episodes come one after another
             self._task_json = (task, task.model_dump(mode="json"))
         # EpisodeOrder's fields, as its model_dump(mode="json") would give them
@@ -668,19 +688,37 @@ class RemoteEpisodes:
             "policy_version": policy_version,
             "attempt": attempt,
         }
+        entry = self._pending[key] = _Order(worker, future, order)
+        worker.outstanding += 1
         worker.orders.append(order)
         self._kick(worker)
         try:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(key, None) is not None:
-                worker.outstanding -= 1
-                unsent = [o for o in worker.orders if o["key"] != key]
-                if len(unsent) == len(worker.orders):
-                    worker.cancels.append(key)  # already sent: the worker cancels it
-                    self._kick(worker)
-                worker.orders = unsent
+                owner = entry.worker  # where it is now (it may have moved)
+                owner.outstanding -= 1
+                unsent = [o for o in owner.orders if o is not order]
+                if len(unsent) == len(owner.orders):
+                    owner.cancels.append(key)  # already sent: the worker cancels it
+                    self._kick(owner)
+                owner.orders = unsent
             raise
+
+    def _move(self, key: int) -> None:
+        """Give an order that never started (withdrawn from a worker without a share) to the
+        worker :meth:`_pick` chooses now."""
+        entry = self._pending.get(key)
+        if entry is None:
+            return
+        target = self._pick()
+        if target is None:
+            return
+        entry.worker.outstanding -= 1
+        entry.worker = target
+        target.outstanding += 1
+        target.orders.append(entry.payload)
+        self._kick(target)
 
     # -- grants ------------------------------------------------------------------------------
 
@@ -692,14 +730,31 @@ class RemoteEpisodes:
         alive = [w.alive for w in self.workers]
         if not any(alive):
             return
-        grants = grant_slots(
-            self.capacity, shares(self.capacity, alive), [w.holding for w in self.workers]
-        )
+        even = shares(self.capacity, alive)
+        grants = grant_slots(self.capacity, even, [w.holding for w in self.workers])
+        for worker, share in zip(self.workers, even, strict=True):
+            worker.share = share
         for worker, grant in zip(self.workers, grants, strict=True):
-            if worker.alive and grant != worker.grant:
+            if not worker.alive:
+                continue
+            if grant != worker.grant:
                 worker.grant = grant
                 if send:
                     self._kick(worker)
+            if worker.share == 0 and any(w.share for w in self.workers):
+                self._hand_over(worker)
+
+    def _hand_over(self, worker: _Worker) -> None:
+        """``worker`` lost its share (the concurrency fell below the workers): its orders that
+        never started go to the workers that have one, so none waits for a slot that will not
+        come."""
+        unsent, worker.orders = worker.orders, []
+        for order in unsent:
+            self._move(order["key"])
+        queued = worker.report is not None and worker.report.queued > 0
+        if (queued or worker.unacked) and worker.withdrawing is None:
+            worker.withdrawing = "move"
+            self._kick(worker)
 
     def _apply(self, worker: _Worker, report: WorkerReport) -> None:
         if worker.report is None or report.seq > worker.report.seq:
@@ -734,13 +789,18 @@ class RemoteEpisodes:
                 elif worker.cancels:
                     cancels, worker.cancels = worker.cancels, []
                     await worker.actor.cancel.remote(cancels)
-                elif worker.withdrawing:
-                    worker.withdrawing = False
+                elif worker.withdrawing is not None:
+                    mode, worker.withdrawing = worker.withdrawing, None
                     for key in await worker.actor.withdraw.remote():
-                        entry = self._pending.pop(key, None)
-                        if entry is not None:
+                        entry = self._pending.get(key)
+                        if entry is None or entry.worker is not worker:
+                            continue
+                        if mode == "move":
+                            self._move(key)
+                        else:
+                            del self._pending[key]
                             worker.outstanding -= 1
-                            entry[1].cancel()
+                            entry.future.cancel()
                 else:
                     break
         except ray.exceptions.RayActorError as exc:
@@ -768,11 +828,12 @@ class RemoteEpisodes:
                 self._lose(worker, exc)
                 return
             for done in collected.done:
-                entry = self._pending.pop(done.key, None)
-                if entry is None:  # cancelled meanwhile
+                entry = self._pending.get(done.key)
+                if entry is None or entry.worker is not worker:  # cancelled meanwhile
                     continue
+                del self._pending[done.key]
                 worker.outstanding -= 1
-                future = entry[1]
+                future = entry.future
                 if future.done():
                     continue
                 if done.trajectory is not None:
@@ -792,11 +853,11 @@ class RemoteEpisodes:
         metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
         logger.error("rollout worker %d (pid %d) died: %s", worker.index, worker.pid, exc)
         reason = f"worker {worker.index} died: {type(exc).__name__}"
-        for key, (owner, future) in list(self._pending.items()):
-            if owner is worker:
+        for key, entry in list(self._pending.items()):
+            if entry.worker is worker:
                 del self._pending[key]
-                if not future.done():
-                    future.set_exception(_Lost(reason))
+                if not entry.future.done():
+                    entry.future.set_exception(_Lost(reason))
         worker.outstanding = 0
         worker.orders, worker.cancels, worker.unacked = [], [], []
         worker.grant = 0
