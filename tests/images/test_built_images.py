@@ -192,6 +192,19 @@ def test_the_trainer_image_has_its_extras(trainer_ctr: builder.Container) -> Non
     assert len(out.split()) == 2
 
 
+def test_the_engine_image_loads_the_tiny_weights_the_trainer_pushes(
+    engine_ctr: builder.Container,
+) -> None:
+    # what /update_weights_from_disk of `agentrl engine serve-tiny` does with a pushed
+    # directory (it answered 500 on the real node: no safetensors in the engine image)
+    script = (
+        "from agentrl.engine import tiny; "
+        "d = tiny.save_policy(tiny.new_policy(0), '/tmp/pushed'); "
+        "print(type(tiny.load_policy(d)).__name__)"
+    )
+    assert _ok(engine_ctr, ["python3", "-c", script]).strip() == "TinyPolicy"
+
+
 def test_the_torch_layer_is_shared_by_the_trainer_and_the_engine(
     trainer_ctr: builder.Container, engine_ctr: builder.Container
 ) -> None:
