@@ -55,3 +55,31 @@ def cluster_helm(cluster: ClusterHandle):  # type: ignore[no-untyped-def]
     from tests.chart.charting import Helm
 
     return Helm(cluster.bins.helm, cluster.env())
+
+
+@pytest.fixture
+def operator_on_real_node(cluster_helm, kubectl, crd_installed, tmp_path):  # type: ignore[no-untyped-def]
+    """The chart installed with ``examples/helm/local-cluster-values.yaml`` (the operator as a
+    pod on the real node, from the image built here) into the test's namespace, watching only
+    it; the CRD comes from the suite's fixture. Yields the release name."""
+    import json
+    from pathlib import Path
+
+    from tests.chart.charting import CHART, unique_release
+
+    values = Path(__file__).resolve().parent / "examples" / "helm" / "local-cluster-values.yaml"
+    release = unique_release("op")
+    extra = tmp_path / "values.json"
+    extra.write_text(
+        json.dumps({"crds": {"install": False}, "watchNamespaces": [kubectl.namespace]})
+    )
+    cluster_helm.run(
+        "install", release, str(CHART), "--namespace", str(kubectl.namespace),
+        "--values", str(values), "--values", str(extra), "--wait", "--timeout", "240s",
+        timeout=300,
+    )  # fmt: skip
+    yield release
+    cluster_helm.run(
+        "uninstall", release, "--namespace", str(kubectl.namespace), "--wait", check=False,
+        timeout=180,
+    )  # fmt: skip

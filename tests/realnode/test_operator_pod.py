@@ -5,78 +5,18 @@ kube-proxy, the chart's RBAC, no kubeconfig of ours)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from tests.chart.charting import CHART, Helm, unique_release
 
 from agentrl.devcluster import images
-from agentrl.devcluster.node.config import REAL_NODE_TAINT
-from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
+from agentrl.devcluster.testing import Kubectl, wait_for
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.realnode, pytest.mark.slow]
 
 
-@pytest.fixture
-def operator_pod_release(
-    cluster: ClusterHandle,
-    cluster_helm: Helm,
-    kubectl: Kubectl,
-    crd_installed: None,
-    tmp_path: Path,
-) -> Iterator[str]:
-    assert images.OPERATOR_IMAGE.rsplit(":", 1)[0] == "localhost/agentrl/operator"
-    repository, tag = images.OPERATOR_IMAGE.rsplit(":", 1)
-    values = {
-        # the CRD is cluster-wide and applied from crds/ by the suite's fixture
-        "crds": {"install": False},
-        "watchNamespaces": [kubectl.namespace],
-        "operator": {
-            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-            "nodeSelector": {"agentrl.dev/real-node": "true"},
-            "tolerations": [
-                {
-                    "key": REAL_NODE_TAINT["key"],
-                    "operator": "Exists",
-                    "effect": REAL_NODE_TAINT["effect"],
-                }
-            ],
-        },
-    }
-    path = tmp_path / "values.json"
-    path.write_text(json.dumps(values))
-    release = unique_release("op")
-    cluster_helm.run(
-        "install",
-        release,
-        str(CHART),
-        "--namespace",
-        str(kubectl.namespace),
-        "--values",
-        str(path),
-        "--wait",
-        "--timeout",
-        "240s",
-        timeout=300,
-    )
-    yield release
-    cluster_helm.run(
-        "uninstall",
-        release,
-        "--namespace",
-        str(kubectl.namespace),
-        "--wait",
-        check=False,
-        timeout=180,
-    )
-
-
 def test_the_chart_runs_the_operator_as_a_pod_that_reconciles_from_inside(
-    kubectl: Kubectl, operator_pod_release: str
+    kubectl: Kubectl, operator_on_real_node: str
 ) -> None:
-    deployment = f"{operator_pod_release}-agentrl"
+    deployment = f"{operator_on_real_node}-agentrl"
     pods = kubectl.json("get", "pods", "-l", "app.kubernetes.io/name=agentrl")["items"]
     assert len(pods) == 1
     pod = pods[0]
