@@ -3,6 +3,7 @@ hardened template, labelled for reaping, waited for, exec'd into and deleted."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,8 +31,11 @@ class FakeTransport:
         pending_polls: int = 1,
         fail_phase: str | None = None,
         lose_create_answer: bool = False,
+        list_seconds: float = 0.0,
     ) -> None:
         self.lose_create_answer = lose_create_answer
+        self.list_seconds = list_seconds
+        """How long a list takes to answer (the API server's round trip)."""
         self.pods: dict[str, dict[str, Any]] = {}
         self.polls: dict[str, int] = {}
         self.pending_polls = pending_polls
@@ -60,6 +64,7 @@ class FakeTransport:
         self.pods.pop(name, None)
 
     async def delete_pods(self, selector: Mapping[str, str]) -> int:
+        await asyncio.sleep(self.list_seconds)  # the list's round trip: the answer is as of now
         doomed = [
             n
             for n, p in self.pods.items()
@@ -177,6 +182,20 @@ async def test_a_create_whose_answer_was_lost_deletes_the_pod_the_server_stored(
     # The pod was stored; it was deleted again, so no uncounted sandbox stays alive.
     assert len(transport.deleted) == 1
     assert transport.pods == {}
+
+
+async def test_episodes_that_start_together_wait_for_the_reap_and_keep_their_pods() -> None:
+    # A restarted worker's first episodes start at once. The reap of the previous incarnation's
+    # pods lists this worker's pods (a round trip) and deletes them: a create that did not wait
+    # for it had its new pod in that list and lost it.
+    transport = FakeTransport(list_seconds=0.05)
+    transport.pods["swe-sbx-left-over"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-0"}}}
+    prov = provider(transport)
+    sandboxes = await asyncio.gather(
+        *(prov.create(SandboxRequest(episode_id=f"t-{i}")) for i in range(4))
+    )
+    assert transport.deleted == ["swe-sbx-left-over"]
+    assert sorted(transport.pods) == sorted(s.id for s in sandboxes)
 
 
 async def test_reaping_matches_the_jobs_labels_as_well_as_the_worker_id() -> None:

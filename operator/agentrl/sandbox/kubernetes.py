@@ -188,7 +188,7 @@ class KubernetesProvider:
         worker never deletes another job's pods that happen to carry the same worker name."""
         self.bucket = TokenBucket(creates_per_second)
         SANDBOX_CREATE_RATE_LIMIT.labels(self.name).set(creates_per_second)
-        self._reaped = False
+        self._reaping: asyncio.Task[int] | None = None
 
     def pod_manifest(self, pod: str, request: SandboxRequest) -> dict[str, Any]:
         """The template's pod with this worker's and episode's labels."""
@@ -217,10 +217,22 @@ class KubernetesProvider:
             logger.warning("reaped %d sandbox pods left by worker %s", count, self.worker_id)
         return count
 
+    async def _reap_once(self) -> int:
+        """:meth:`reap`, where a failure only costs the leftovers (their ownerReference and
+        ``activeDeadlineSeconds`` still remove them): it must not fail every create after it."""
+        try:
+            return await self.reap()
+        except Exception as exc:
+            logger.warning("cannot reap the sandbox pods of worker %s: %s", self.worker_id, exc)
+            return 0
+
     async def create(self, request: SandboxRequest) -> KubernetesSandbox:
-        if not self._reaped:
-            self._reaped = True
-            await self.reap()
+        # Every create waits for the one reap of what an earlier incarnation left: a create
+        # that went ahead while the reap was listing this worker's pods lost its new pod to it
+        # (on the real node, the first episodes of a run failed as sandbox_create infra errors).
+        if self._reaping is None:
+            self._reaping = asyncio.ensure_future(self._reap_once())
+        await asyncio.shield(self._reaping)
         await self.bucket.acquire()
         pod = f"{self.name_prefix}{secrets.token_hex(6)}"
         try:
