@@ -1,0 +1,498 @@
+"""The cluster path trains for real on the local cluster's real node: the chart's operator pod,
+``examples/quickstart-cluster.yaml`` applied with kubectl, and the pods it becomes — two tiny CPU
+engines with their watchdogs, the torch trainer (Ray head and driver), two rollout worker pods
+(Ray nodes that create a sandbox pod per episode through the API server) — finding each other
+through Services and training, while the test disturbs them the way a cluster does.
+
+Everything is observed through the API only: ``kubectl get``/``scale``/``delete``/``logs``/
+``exec``, the job's status and the trainer's metrics port (through ``kubectl port-forward``).
+The sandbox pods are counted by a watch on the API server, in its own order.
+
+The manifest is the example with three test settings: a checkpoint every 2 steps (so a
+restarted trainer has a recent one), 16 trajectories per step (the example's 32 take twice as
+long on 2 cores) and more steps than the test waits for (it deletes the job at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.realnode, pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "quickstart-cluster.yaml"
+VALUES = ROOT / "examples" / "helm" / "local-cluster-values.yaml"
+JOB = "quickstart-cluster"
+SANDBOX = {"agentrl.dev/job": JOB, "app.kubernetes.io/component": "sandbox"}
+#: The operator's resync in examples/helm/local-cluster-values.yaml: "within one reconcile".
+RESYNC_SECONDS = yaml.safe_load(VALUES.read_text())["operator"]["resyncSeconds"]
+
+
+def job_manifest() -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    trainer = job["spec"]["trainer"]
+    trainer["checkpoint"]["intervalSteps"] = 2
+    trainer["trajectoriesPerStep"] = 16
+    trainer["maxSteps"] = 100
+    return job
+
+
+# ---- what the test watches ---------------------------------------------------------------------
+
+
+@dataclass
+class SandboxWatch:
+    """Sandbox pods of the job from a watch on the API server: after every event, how many exist
+    (created and not yet deleted), and each creation with the number that existed before it."""
+
+    live: set[str] = field(default_factory=set)
+    creations: list[tuple[float, int]] = field(default_factory=list)
+    """(time, sandbox pods existing just before this one was created)."""
+    history: list[tuple[float, int]] = field(default_factory=list)
+    """(time, sandbox pods existing after the event), for every creation and deletion."""
+    deletions: int = 0
+    peak: int = 0
+    error: BaseException | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, kubeconfig: Path, namespace: str) -> None:
+        from lightkube import Client, KubeConfig
+        from lightkube.resources.core_v1 import Pod
+
+        try:
+            client = Client(KubeConfig.from_file(str(kubeconfig)), namespace=namespace)
+            listing = client.list(Pod, labels=SANDBOX)
+            self.live = {p.metadata.name for p in listing}
+            version = listing.resourceVersion
+            while not self.stop.is_set():
+                for kind, pod in client.watch(
+                    Pod, labels=SANDBOX, resource_version=version, server_timeout=60
+                ):
+                    version = pod.metadata.resourceVersion
+                    name = pod.metadata.name
+                    if kind == "ADDED" and name not in self.live:
+                        self.creations.append((time.monotonic(), len(self.live)))
+                        self.live.add(name)
+                        self.history.append((time.monotonic(), len(self.live)))
+                    elif kind == "DELETED" and name in self.live:
+                        self.live.discard(name)
+                        self.deletions += 1
+                        self.history.append((time.monotonic(), len(self.live)))
+                    self.peak = max(self.peak, len(self.live))
+                    if self.stop.is_set():
+                        break
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+    def first_below(self, n: int, since: float) -> float | None:
+        """When the count first fell below ``n`` after ``since`` (events, not polls: between a
+        deletion and the next creation it may be below for milliseconds only)."""
+        return next((t for t, live in self.history if t >= since and live < n), None)
+
+    def created_since(self, t: float) -> list[int]:
+        """For each creation after ``t``: the pods that existed before it."""
+        return [before for when, before in self.creations if when >= t]
+
+
+class TrainerMetrics:
+    """The trainer's /metrics (port ``metrics``) through ``kubectl port-forward``."""
+
+    def __init__(self, kubectl: Kubectl) -> None:
+        self.kubectl = kubectl
+        self.proc: subprocess.Popen[str] | None = None
+        self.pod: str | None = None
+        self.port = 0
+
+    def _forward(self, pod: str) -> None:
+        self.close()
+        cmd = [str(self.kubectl.binary), "--kubeconfig", str(self.kubectl.kubeconfig)]
+        cmd += ["-n", str(self.kubectl.namespace), "port-forward", f"pod/{pod}", ":9401"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 9401"
+        match = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert match, line
+        self.port, self.pod = int(match.group(1)), pod
+
+    def samples(self) -> dict[str, float]:
+        """Every sample of the exposition, keyed by its name and labels as written."""
+        pod = trainer_pod(self.kubectl)["metadata"]["name"]
+        if pod != self.pod:
+            self._forward(pod)
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def status(kubectl: Kubectl) -> dict[str, Any]:
+    return dict(kubectl.json("get", "arj", JOB).get("status") or {})
+
+
+def condition(kubectl: Kubectl, type_: str) -> dict[str, str]:
+    for cond in status(kubectl).get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return {}
+
+
+def trainer_pod(kubectl: Kubectl) -> dict[str, Any]:
+    pods = kubectl.json(
+        "get", "pods", "-l", f"agentrl.dev/job={JOB},app.kubernetes.io/component=trainer"
+    )["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(live) == 1, [p["metadata"]["name"] for p in pods]
+    return dict(live[0])
+
+
+def step(kubectl: Kubectl) -> int:
+    return int(status(kubectl).get("trainer", {}).get("step", 0))
+
+
+def wait_step(kubectl: Kubectl, at_least: int, timeout: float) -> int:
+    return int(
+        wait_for(
+            lambda: (s := step(kubectl)) >= at_least and s,
+            timeout=timeout,
+            interval=2,
+            what=f"trainer step {at_least}",
+        )
+    )
+
+
+def uids(kubectl: Kubectl, kind: str) -> dict[str, str]:
+    items = kubectl.json("get", kind, "-l", f"agentrl.dev/job={JOB}")["items"]
+    return {i["metadata"]["name"]: i["metadata"]["uid"] for i in items}
+
+
+def total(samples: dict[str, float], name: str, label: str = "") -> float:
+    """Sum of ``name``'s samples (over workers) whose labels include ``label``."""
+    return sum(
+        v for k, v in samples.items() if k.split("{")[0] == name and label in k.partition("{")[2]
+    )
+
+
+def operator_selector(release: str) -> str:
+    """The chart's operator pods (the job's children carry app.kubernetes.io/name too)."""
+    return f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
+
+
+def rollout_logs(kubectl: Kubectl) -> str:
+    """The rollout worker pods' logs (for a failure message)."""
+    return kubectl.run(
+        "logs", "-l", "app.kubernetes.io/component=rollout", "--tail=200", check=False
+    ).stdout[-6000:]
+
+
+def effective(metrics: TrainerMetrics) -> float | None:
+    """The driver's in-effect sandbox concurrency (its own series: no ``worker`` label)."""
+    return metrics.samples().get("agentrl_rollout_concurrency_effective")
+
+
+def checkpointed_counters(kubectl: Kubectl) -> dict[str, Any]:
+    """The driver's running totals in its newest checkpoint, read in the trainer pod."""
+    pod = trainer_pod(kubectl)["metadata"]["name"]
+    text = kubectl.run(
+        "exec", pod, "--", "sh", "-c",
+        "cat $(ls -d /checkpoints/trainer/step-* | tail -n 1)/driver.json",
+    ).stdout  # fmt: skip
+    return dict(json.loads(text)["counters"])
+
+
+# ---- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def checkpoint_volume(cluster: ClusterHandle, kubectl: Kubectl) -> Iterator[str]:
+    """A ReadWriteMany volume for the job's checkpoint claim (the local cluster has no
+    provisioner): a hostPath on the real node, bound to exactly this job's claim."""
+    name = f"ckpt-{uuid.uuid4().hex[:8]}"
+    admin = cluster.kubectl()
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "claimRef": {"namespace": kubectl.namespace, "name": f"{JOB}-checkpoints"},
+                "hostPath": {"path": f"/tmp/agentrl-test/{name}", "type": "DirectoryOrCreate"},
+            },
+        }
+    )
+    yield name
+    admin.run("delete", "pv", name, "--wait=false", check=False)
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(2700)
+def test_the_cluster_path_trains_on_the_real_node_through_every_disruption(
+    cluster: ClusterHandle,
+    kubectl: Kubectl,
+    operator_on_real_node: str,
+    checkpoint_volume: str,
+) -> None:
+    watch = SandboxWatch()
+    watcher = threading.Thread(
+        target=watch.run, args=(cluster.kubeconfig, kubectl.namespace), daemon=True
+    )
+    watcher.start()
+    metrics = TrainerMetrics(kubectl)
+    try:
+        _run(kubectl, watch, metrics, operator_on_real_node)
+    finally:
+        watch.stop.set()
+        metrics.close()
+    assert watch.error is None, watch.error
+
+
+def _run(
+    kubectl: Kubectl, watch: SandboxWatch, metrics: TrainerMetrics, operator_on_real_node: str
+) -> None:
+    # -- apply: Ready, then steps with status filled in -----------------------------------------
+    kubectl.apply(job_manifest())
+    wait_for(
+        lambda: condition(kubectl, "Ready").get("status") == "True",
+        timeout=600, interval=2, what="the job Ready",
+    )  # fmt: skip
+    # the rollout workers waited for the trainer's Ray head instead of crash-looping
+    for pod in kubectl.json("get", "pods", "-l", "app.kubernetes.io/component=rollout")["items"]:
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    wait_step(kubectl, 2, timeout=900)
+    st = wait_for(
+        lambda: (s := status(kubectl))["engines"].get("weightVersion") is not None
+        and s["rollout"].get("meanReward") is not None
+        and s["rollout"].get("trajectoriesPerHour", 0) > 0
+        and s,
+        timeout=300, interval=2, what="status with weight version, reward and throughput",
+    )  # fmt: skip
+    first_version = int(st["engines"]["weightVersion"])
+    # each engine serves the weights the trainer pushes: the lowest served version advances,
+    # and WeightsSynced says every ready engine serves the trainer's latest
+    wait_step(kubectl, step(kubectl) + 1, timeout=600)
+    wait_for(
+        lambda: int(status(kubectl)["engines"].get("weightVersion") or 0) > first_version,
+        timeout=300, interval=2, what="the engines' served weight version to advance",
+    )  # fmt: skip
+    wait_for(
+        lambda: condition(kubectl, "WeightsSynced").get("status") == "True",
+        timeout=300, interval=2, what="WeightsSynced",
+    )  # fmt: skip
+
+    # -- sandboxes: created and deleted by the rollout tier, never more than the concurrency -----
+    assert watch.deletions > 0 and watch.peak <= 4, (watch.deletions, watch.peak)
+    wait_for(lambda: watch.peak == 4, timeout=300, interval=1, what="4 sandboxes at once")
+    kubectl.run("scale", f"arj/{JOB}", "--replicas=2")
+    scaled = time.monotonic()
+    wait_for(
+        lambda: status(kubectl)["sandbox"]["concurrency"] == 2,
+        timeout=RESYNC_SECONDS + 15, interval=1, what="concurrency 2 in status",
+    )  # fmt: skip
+    before = metrics.samples()
+    # the driver follows the mounted ConfigMap (the kubelet refreshes it): from then on the
+    # figure in effect is 2; running episodes finish (nothing is killed) and, until fewer than
+    # 2 exist, no sandbox is created
+    lowered = wait_for(
+        lambda: effective(metrics) == 2 and time.monotonic(), timeout=180, interval=1,
+        what="the driver's in-effect concurrency 2",
+    )  # fmt: skip
+    print(f"kubectl scale 4 -> 2 in effect at the driver after {lowered - scaled:.1f} s")
+    drained = wait_for(
+        lambda: watch.first_below(2, lowered), timeout=300, interval=1, what="below 2 sandboxes"
+    )
+    wait_for(
+        lambda: len(watch.created_since(drained)) >= 6, timeout=600, interval=1,
+        what="6 sandboxes created at concurrency 2",
+    )  # fmt: skip
+    assert max(watch.created_since(drained)) <= 1  # each created with at most 1 other existing
+    assert max(watch.created_since(scaled)) <= 3  # never over the old figure meanwhile
+    kubectl.run("scale", f"arj/{JOB}", "--replicas=6")
+    raised = time.monotonic()
+    wait_for(
+        lambda: status(kubectl)["sandbox"]["concurrency"] == 6,
+        timeout=RESYNC_SECONDS + 15, interval=1, what="concurrency 6 in status",
+    )  # fmt: skip
+    in_effect = wait_for(
+        lambda: effective(metrics) == 6 and time.monotonic(), timeout=180, interval=1,
+        what="the driver's in-effect concurrency 6",
+    )  # fmt: skip
+    print(f"kubectl scale 2 -> 6 in effect at the driver after {in_effect - raised:.1f} s")
+    wait_for(
+        lambda: max(watch.created_since(in_effect), default=0) >= 3, timeout=600, interval=1,
+        what="a fourth sandbox at once after raising the concurrency to 6",
+    )  # fmt: skip
+    assert watch.peak <= 6
+    after = metrics.samples()
+    # no running episode was killed: a sandbox deleted under its episode is an infra error of
+    # reason "sandbox" (SandboxGone), and nothing else of the run stops an episode
+    infra = {k: v for k, v in after.items() if k.startswith("agentrl_rollout_infra_")}
+    killed = ("agentrl_rollout_infra_retries_total", 'reason="sandbox"')
+    print(f"infra errors during the scaling: {infra}")
+    assert total(after, *killed) == total(before, *killed) == 0, (infra, rollout_logs(kubectl))
+    assert total(after, "agentrl_rollout_episodes_total") > total(
+        before, "agentrl_rollout_episodes_total"
+    )
+
+    # back to 4: at 6 the 2-CPU node is full (one sandbox waits for CPU), and an engine pod
+    # deleted there would wait for a sandbox to end before it fits again
+    kubectl.run("scale", f"arj/{JOB}", "--replicas=4")
+    wait_for(
+        lambda: effective(metrics) == 4, timeout=180, interval=1,
+        what="the driver's in-effect concurrency 4",
+    )  # fmt: skip
+
+    # -- an engine pod dies: training goes on, the engine gets the current weights ---------------
+    engine = kubectl.json("get", "pod", f"{JOB}-engine-0")
+    kubectl.run("delete", "pod", f"{JOB}-engine-0", "--wait=false")
+    at_delete = step(kubectl)
+    wait_for(
+        lambda: (p := kubectl.json("get", "pod", f"{JOB}-engine-0"))["metadata"]["uid"]
+        != engine["metadata"]["uid"]
+        and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}])),
+        timeout=300, interval=2, what="the engine pod back and Ready",
+    )  # fmt: skip
+    wait_step(kubectl, at_delete + 2, timeout=900)
+    wait_for(
+        lambda: condition(kubectl, "WeightsSynced").get("status") == "True"
+        and status(kubectl)["engines"]["ready"] == 2,
+        timeout=300, interval=2, what="both engines serving the trainer's latest weights",
+    )  # fmt: skip
+    # requests in flight at the deleted engine were retried or classified: none was trained on
+    wait_for(
+        lambda: status(kubectl)["trainer"].get("lastCheckpointStep", 0) > at_delete,
+        timeout=600, interval=2, what="a checkpoint after the engine came back",
+    )  # fmt: skip
+    assert checkpointed_counters(kubectl)["infra_errors_in_training"] == 0
+
+    # -- the operator pod dies: nothing duplicated or orphaned, the run goes on -------------------
+    children = {
+        kind: uids(kubectl, kind)
+        for kind in ("statefulset", "job", "deployment", "service", "configmap", "pvc")
+    }
+    trainer_uid = trainer_pod(kubectl)["metadata"]["uid"]
+    selector = operator_selector(operator_on_real_node)
+    (old_operator,) = kubectl.json("get", "pods", "-l", selector)["items"]
+    kubectl.run("delete", "pod", "-l", selector, "--wait=false")
+    at_delete = step(kubectl)
+
+    def new_operator_ready() -> bool:
+        pods = kubectl.json("get", "pods", "-l", selector)["items"]
+        return any(
+            p["metadata"]["uid"] != old_operator["metadata"]["uid"]
+            and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
+            for p in pods
+        )
+
+    wait_for(new_operator_ready, timeout=180, interval=2, what="a new operator pod Ready")
+    wait_step(kubectl, at_delete + 1, timeout=900)
+    assert {kind: uids(kubectl, kind) for kind in children} == children
+    assert trainer_pod(kubectl)["metadata"]["uid"] == trainer_uid
+    assert len(watch.live) <= 4 and watch.peak <= 6
+
+    # -- the trainer pod dies: it restarts and resumes from its last checkpoint ------------------
+    wait_for(
+        lambda: status(kubectl)["trainer"].get("lastCheckpointStep", 0) >= 2, timeout=600,
+        interval=2, what="a checkpoint",
+    )  # fmt: skip
+    old = trainer_pod(kubectl)
+    checkpoint = int(status(kubectl)["trainer"]["lastCheckpointStep"])
+    kubectl.run("delete", "pod", old["metadata"]["name"], "--wait=false")
+    new = wait_for(
+        lambda: (p := _trainer_pod_or_none(kubectl)) is not None
+        and p["metadata"]["uid"] != old["metadata"]["uid"]
+        and p["status"].get("phase") == "Running"
+        and p,
+        timeout=300, interval=2, what="a new trainer pod",
+    )  # fmt: skip
+    name = new["metadata"]["name"]
+    resumed = wait_for(
+        lambda: re.search(
+            r"resuming from the checkpoint of step (\d+) \(restart \d+\): data position (\d+), "
+            r"pending positions (\[[\d, ]*\])",
+            kubectl.run("logs", name, check=False).stdout,
+        ),
+        timeout=300, interval=3, what="the new trainer to resume",
+    )  # fmt: skip
+    at = int(resumed.group(1))
+    assert at >= checkpoint  # the newest checkpoint (one written after the status was read)
+    # what the old trainer wrote in that checkpoint is where the new one goes on from
+    saved = json.loads(
+        kubectl.run(
+            "exec", name, "--", "cat", f"/checkpoints/trainer/step-{at:08d}/driver.json"
+        ).stdout
+    )
+    assert (int(resumed.group(2)), json.loads(resumed.group(3))) == (
+        saved["task_cursor"], saved["pending_positions"],
+    )  # fmt: skip
+    # the new trainer's own steps continue from there
+    wait_for(
+        lambda: progress_step(kubectl, name) >= at + 1, timeout=900, interval=3,
+        what=f"the resumed trainer's step {at + 1}",
+    )  # fmt: skip
+
+    # -- delete the job: nothing it owns is left -------------------------------------------------
+    kubectl.run("delete", "arj", JOB, "--wait=true", timeout=300)
+    selector = f"agentrl.dev/job={JOB}"
+
+    def leftovers() -> list[str]:
+        out = kubectl.run(
+            "get",
+            "pods,services,pvc,statefulsets,jobs,deployments,configmaps,secrets",
+            "-l",
+            selector,
+            "-o",
+            "name",
+        ).stdout.split()
+        return out
+
+    wait_for(lambda: not leftovers(), timeout=300, interval=2, what="every owned object gone")
+    assert not watch.live
+
+
+def progress_step(kubectl: Kubectl, pod: str) -> int:
+    """The step in the driver's progress annotation on its pod (0 before its first step)."""
+    raw = (
+        kubectl.json("get", "pod", pod)["metadata"]
+        .get("annotations", {})
+        .get("agentrl.dev/progress")
+    )
+    return int(json.loads(raw).get("step", 0)) if raw else 0
+
+
+def _trainer_pod_or_none(kubectl: Kubectl) -> dict[str, Any] | None:
+    try:
+        return trainer_pod(kubectl)
+    except AssertionError:
+        return None
