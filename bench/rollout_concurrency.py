@@ -332,6 +332,25 @@ class SandboxLog:
         return {"creates": self.creates, "closes": self.closes}
 
 
+def live_series(
+    logs: Sequence[dict[str, Any]], start: float, step: float = 0.05
+) -> list[tuple[float, int, int]]:
+    """Live sandboxes over time from the service's logs, for ``--trace``: per ``step`` seconds
+    after ``start``, the fewest and the most live in it (a dip between an episode's end and
+    the next one's start shows here, not in a reading every 0.25 s)."""
+    events = sorted(
+        [(t, 1) for log in logs for t in log["creates"]]
+        + [(t, -1) for log in logs for t in log["closes"]]
+    )
+    out: dict[int, list[int]] = {}
+    live = 0
+    for at, change in events:
+        live += change
+        bucket = out.setdefault(math.floor((at - start) / step), [live, live])
+        bucket[0], bucket[1] = min(bucket[0], live), max(bucket[1], live)
+    return [(round(b * step, 3), lo, hi) for b, (lo, hi) in sorted(out.items())]
+
+
 def live_sandboxes(
     logs: Sequence[dict[str, Any]], *, target: int, marks: Sequence[tuple[float, int]] = ()
 ) -> dict[str, Any]:
@@ -1141,7 +1160,9 @@ def run_mode(
     if args.get("trace"):
         with open(args["trace"], "a") as fh:
             series = [(round(t - seen["start"], 3), busy) for t, busy, _ in seen["series"]]
-            fh.write(json.dumps({"defaults": defaults, "path": path, "in_service": series}) + "\n")
+            live = live_series(seen["logs"], seen["start"])
+            record = {"defaults": defaults, "path": path, "in_service": series, "live": live}
+            fh.write(json.dumps(record) + "\n")
     start, end = seen["start"], seen["end"]
     wall = end - start
     samples = [s for r in seen["results"] for s in r["samples"]]
@@ -1358,7 +1379,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write rollout worker 0's cProfile stats (its loop thread's CPU time; --path ray: "
         "actor 0 from its opening to its close) to this file",
     )
-    parser.add_argument("--trace", help="append the in-service time series to this file")
+    parser.add_argument(
+        "--trace",
+        help="append the time series to this file: requests in service (every 0.25 s) and "
+        "live sandboxes (fewest and most per 50 ms)",
+    )
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     opts = parser.parse_args(argv)
