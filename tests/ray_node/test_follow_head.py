@@ -51,18 +51,36 @@ def _wait_alive(env: dict[str, str], want: int, timeout: float = 120) -> None:
         time.sleep(2)
 
 
-def _ray_processes(session: str) -> list[str]:
-    """Command lines of live processes that name Ray session directory ``session``."""
-    out = []
+def _descendants(root: int) -> set[int]:
+    """Live processes below ``root`` (its Ray node's processes: ray start, raylet, workers)."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if session in cmdline:
-            out.append(cmdline)
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] not in ("Z", "X"):
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _living(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X"):
+            out.add(pid)
     return out
 
 
@@ -122,11 +140,12 @@ def test_the_rollout_worker_waits_for_the_head_and_follows_it_across_restarts(
         assert text().count("joining the Ray head") == 2
 
         # the kubelet stops the pod: the worker leaves and takes its Ray processes with it
-        assert _ray_processes(str(short / "w")) != []
+        node = _descendants(worker.pid)
+        assert len(node) >= 2  # ray start and the raylet at least
         os.kill(worker.pid, signal.SIGTERM)
         assert worker.wait(60) == 0
         _wait_alive(env, 1)
-        assert _ray_processes(str(short / "w")) == []
+        assert _living(node) == set()
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
