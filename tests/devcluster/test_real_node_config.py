@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from agentrl.devcluster.node import addons, config, oci
+from agentrl.devcluster.node import addons, config, oci, realnode
 
 
 def _plan(cluster: str = "t", index: int = 0) -> config.NodePlan:
@@ -74,6 +74,39 @@ def test_an_archive_is_an_oci_layout_whose_digests_match_its_blobs(tmp_path: Pat
     assert entries["bin/sh"].issym() and entries["bin/sh"].linkname == "prog"
     assert entries["tmp"].isdir() and entries["tmp"].mode == 0o1777
     assert oci.archive_refs(tmp_path / "x.tar") == {"agentrl.local/x:1": digest}
+
+
+def test_archive_blobs_lists_every_blob_with_its_size_from_the_tar_headers(
+    tmp_path: Path,
+) -> None:
+    binary = tmp_path / "prog"
+    binary.write_bytes(b"\x7fELF" * 100)
+    spec = oci.ImageSpec(name="agentrl.local/z:1", entries=[oci.Entry("bin/prog", binary)])
+    oci.write_archive(spec, tmp_path / "z.tar")
+    # independently: hash every blob member's bytes, as an image-layout reader would
+    expected = {
+        f"sha256:{hashlib.sha256(data).hexdigest()}": len(data)
+        for name, data in _members(tmp_path / "z.tar").items()
+        if name.startswith("blobs/sha256/")
+    }
+    assert len(expected) == 3  # manifest, config, one layer
+    assert oci.archive_blobs(tmp_path / "z.tar") == expected
+
+
+def test_disk_check_counts_new_blobs_twice_plus_the_kubelets_reserve() -> None:
+    gib = 2**30
+    blobs = {"sha256:base": 5 * gib, "sha256:app": 1 * gib, "sha256:cfg": 1000}
+    total = 100 * gib
+    reserve = total * config.EVICTION_DISK_PERCENT // 100
+    # the base layer is already in the content store: only app and cfg are new
+    need = 2 * (1 * gib + 1000) + reserve
+    assert realnode.disk_shortfall(blobs, {"sha256:base"}, free=need, total=total) is None
+    short = realnode.disk_shortfall(blobs, {"sha256:base"}, free=need - 1, total=total)
+    assert short == realnode.DiskShortfall(needed=need, layers=1 * gib + 1000, free=need - 1)
+    # nothing present: all three are new
+    short = realnode.disk_shortfall(blobs, set(), free=10 * gib, total=total)
+    assert short is not None and short.layers == 6 * gib + 1000
+    assert short.needed == 12 * gib + 2000 + reserve
 
 
 def test_the_same_files_give_the_same_digest(tmp_path: Path) -> None:

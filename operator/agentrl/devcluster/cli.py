@@ -150,6 +150,14 @@ def _fail(message: str) -> None:
     f"{DEFAULT_REAL_NODES}, or as the cluster was created]. 0: simulated nodes only.",
 )
 @click.option(
+    "--project-images/--no-project-images",
+    default=True,
+    show_default=True,
+    help="Import the project's image archives (`agentrl dev images`, ~13 GB on the node once "
+    "unpacked) into the real nodes; without them a node holds only its own images (pause, "
+    "coredns, busybox) and `agentrl dev cluster load` imports the rest later.",
+)
+@click.option(
     "--profile",
     "profile_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -169,6 +177,7 @@ def up(
     gpu_nodes: int | None,
     cpu_nodes: int | None,
     real_nodes: int | None,
+    project_images: bool,
     profile_path: Path | None,
     timeout: float,
 ) -> None:
@@ -188,6 +197,7 @@ def up(
             echo=lambda m: click.echo(m, err=True),
             timeout=timeout,
             real_nodes=real_nodes,
+            project_images=project_images,
         )
     except PortInUseError as exc:
         _fail(str(exc))

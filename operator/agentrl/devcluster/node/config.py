@@ -30,6 +30,8 @@ REAL_POD_OFFSET = 128
 CLUSTER_DNS_IP = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
+# the kubelet taints the node disk-pressure when less than this share of its disk is free
+EVICTION_DISK_PERCENT = 1
 #: Taint keeping pods off the real node unless they ask for it (the control-plane tests'
 #: pods are simulated: they must keep landing on kwok nodes).
 REAL_NODE_TAINT = {"key": "agentrl.dev/real-node", "value": "true", "effect": "NoSchedule"}
@@ -294,9 +296,9 @@ def kubelet_config(plan: NodePlan, *, ca: Path, cert: Path, key: Path) -> dict[s
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
+            "nodefs.available": f"{EVICTION_DISK_PERCENT}%",
+            "nodefs.inodesFree": f"{EVICTION_DISK_PERCENT}%",
+            "imagefs.available": f"{EVICTION_DISK_PERCENT}%",
         },
         "protectKernelDefaults": False,
         "makeIPTablesUtilChains": False,

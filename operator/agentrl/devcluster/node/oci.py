@@ -198,3 +198,15 @@ def archive_refs(path: Path) -> dict[str, str]:
         if name:
             out[name] = desc["digest"]
     return out
+
+
+def archive_blobs(path: Path) -> dict[str, int]:
+    """Digest (``sha256:…``) -> size in bytes of every blob an OCI archive carries, read from
+    the tar headers alone (nothing is extracted)."""
+    out: dict[str, int] = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            if member.isfile() and len(parts) == 3 and parts[0] == "blobs":
+                out[f"{parts[1]}:{parts[2]}"] = member.size
+    return out

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -223,17 +224,27 @@ class RealNode:
                 found[fields[0]] = fields[2]
         return found
 
+    def content_digests(self) -> set[str]:
+        """Digests of the blobs in the node's content store."""
+        out = self.ctr("content", "ls", "-q", check=False, timeout=60).stdout.split()
+        return {d for d in out if d.startswith("sha256:")}
+
     def import_images(
         self, archives: Iterable[Path], *, echo: Callable[[str], None] = lambda _m: None
     ) -> list[Path]:
         """Import each archive whose images the node does not have at the same digest;
-        returns the archives imported."""
+        returns the archives imported. Refuses before importing anything when the disk
+        cannot hold them (a half-imported image would fill it and taint the node)."""
         have = self.images()
-        imported = []
+        missing = []
         for archive in archives:
             refs = oci.archive_refs(archive)
-            if refs and all(have.get(name) == digest for name, digest in refs.items()):
-                continue
+            if not (refs and all(have.get(name) == digest for name, digest in refs.items())):
+                missing.append(archive)
+        if missing:
+            self._check_disk(missing)
+        imported = []
+        for archive in missing:
             echo(f"importing {archive.name} into {self.name}")
             # a trainer image is ~6 GB (torch's CUDA build): unpacking it on a busy 2-core
             # machine takes minutes, so the limit grows with the archive
@@ -241,6 +252,37 @@ class RealNode:
             self.ctr("images", "import", str(archive), timeout=120 + 180 * gib)
             imported.append(archive)
         return imported
+
+    def _check_disk(self, archives: list[Path]) -> None:
+        blobs: dict[str, int] = {}
+        for archive in archives:
+            blobs.update(oci.archive_blobs(archive))
+        usage = shutil.disk_usage(self.plan.containerd_dir)
+        short = disk_shortfall(blobs, self.content_digests(), free=usage.free, total=usage.total)
+        if short is None:
+            return
+        clusters_dir = self.plan.dir.parents[2]
+        others = (
+            sorted(
+                d.name
+                for d in clusters_dir.iterdir()
+                if d.is_dir() and d != self.plan.dir.parents[1] and (d / "nodes").is_dir()
+            )
+            if clusters_dir.is_dir()
+            else []
+        )
+        fixes = [f"`agentrl dev cluster down --name {n} --purge`" for n in others]
+        names = ", ".join(a.name for a in archives)
+        raise RealNodeError(
+            f"importing {names} into {self.name} needs {short.needed / 2**30:.1f} GiB free on "
+            f"the disk of {self.plan.containerd_dir} ({short.layers / 2**30:.1f} GiB of new "
+            f"blobs, stored and unpacked, and the kubelet's "
+            f"{config.EVICTION_DISK_PERCENT}% reserve); {short.free / 2**30:.1f} GiB is free.\n"
+            "Free space"
+            + (f" (other local clusters hold images: {', '.join(fixes)})" if fixes else "")
+            + ", or start the node without the project's images: "
+            "`agentrl dev cluster up --no-project-images`."
+        )
 
     # -------------------------------------------------------------------------------- down
     def stop(self) -> list[str]:
@@ -312,3 +354,21 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2)
+
+
+@dataclass(frozen=True)
+class DiskShortfall:
+    needed: int
+    layers: int
+    free: int
+
+
+def disk_shortfall(
+    blobs: dict[str, int], present: set[str], *, free: int, total: int
+) -> DiskShortfall | None:
+    """What importing ``blobs`` (digest -> size) needs when the content store already holds
+    ``present``: each new blob is stored once and unpacked once (about its size again), and
+    the kubelet's eviction threshold must stay free; None when ``free`` covers it."""
+    layers = sum(size for digest, size in blobs.items() if digest not in present)
+    needed = 2 * layers + total * config.EVICTION_DISK_PERCENT // 100
+    return None if needed <= free else DiskShortfall(needed=needed, layers=layers, free=free)
