@@ -1,5 +1,5 @@
-"""``agentrl run --metrics-port``: the run's metrics are scraped over HTTP while it runs, and the
-port is released when it ends."""
+"""``agentrl run --metrics-port``: the run's metrics (episodes, sandbox startup) are scraped over
+HTTP while it runs, and the port is released when it ends."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ def _episodes(text: str) -> float:
     )
 
 
+def _registry_total(name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for family in REGISTRY.collect()
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 def test_a_taken_metrics_port_fails_the_run_before_it_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
@@ -63,12 +72,8 @@ def test_a_run_serves_its_episode_counts_while_it_runs(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
     port = _free_port()
-    before = sum(
-        s.value
-        for family in REGISTRY.collect()
-        for s in family.samples
-        if s.name == "agentrl_rollout_episodes_total"
-    )
+    before = _registry_total("agentrl_rollout_episodes_total")
+    startups_before = _registry_total("agentrl_sandbox_startup_seconds_count", provider="local")
 
     seen: list[float] = []
     done = threading.Event()
@@ -98,5 +103,14 @@ def test_a_run_serves_its_episode_counts_while_it_runs(tmp_path: Path) -> None:
     # this process ran the job, so its scrapes counted the run's episodes as they finished
     assert seen, "no scrape reached the metrics port during the run"
     assert max(seen) >= before + 1
+    # every episode ran in a local sandbox made through open_provider, as in a rollout worker:
+    # its create -> exec-ready time is in the histogram (episodes cut short at the last step
+    # made sandboxes too, so there are at least as many as finished episodes)
+    episodes = _registry_total("agentrl_rollout_episodes_total") - before
+    startups = (
+        _registry_total("agentrl_sandbox_startup_seconds_count", provider="local")
+        - startups_before
+    )
+    assert episodes >= 4 and startups >= episodes
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)

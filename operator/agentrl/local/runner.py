@@ -5,7 +5,8 @@ What runs where:
 * engines — ``spec.inference.engines`` tiny CPU engine processes (:mod:`agentrl.local.engines`),
   reached through :class:`agentrl.engine.client.EngineClient` like SGLang on a cluster;
 * rollout — :class:`agentrl.rollout.scheduler.RolloutScheduler` with the token agent, the
-  verifier and local sandboxes (:class:`agentrl.sandbox.local.LocalProvider`), paced by the
+  verifier and local sandboxes (:class:`agentrl.sandbox.local.LocalProvider`, built and
+  instrumented by :func:`agentrl.sandbox.open_provider` as in a rollout worker), paced by the
   trainer's :class:`~agentrl.rollout.admission.StalenessAdmission`;
 * trainer — :class:`agentrl.trainer.loop.TrainingDriver` with the torch backend, disk weight sync
   to the engines' ``/update_weights_from_disk``, and checkpoints.
@@ -43,8 +44,9 @@ from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks import load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
+from agentrl.sandbox import open_provider
 from agentrl.sandbox.errors import SandboxCreateError
-from agentrl.sandbox.local import LocalProvider
+from agentrl.sandbox.metrics import InstrumentedProvider
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
@@ -242,9 +244,12 @@ async def run_local(
         )
         for url in engines.urls
     ]
-    provider: SandboxProvider = LocalProvider(base_dir=str(run_dir / "sandboxes"))
+    # the same factory as the rollout workers': the spec's limits and the sandbox metrics
+    # (agentrl_sandbox_startup_seconds ...) on --metrics-port; injected failures are counted
+    provider = open_provider(spec.sandbox, local_base_dir=str(run_dir / "sandboxes"))
     if options.chaos_rate:
-        provider = ChaosProvider(provider, options.chaos_rate, options.seed)  # type: ignore[assignment]
+        chaos_provider = ChaosProvider(provider.inner, options.chaos_rate, options.seed)
+        provider = InstrumentedProvider(chaos_provider)  # type: ignore[arg-type]
     pool = EnginePool(clients, wait_ready_seconds=30.0)
     caps = EpisodeCaps.from_spec(spec)
     runner = CountingRunner(
