@@ -597,27 +597,29 @@ def build_image(run: Runner, image: Image) -> None:
     out = images_dir()
     out.mkdir(parents=True, exist_ok=True)
     image.stamp.unlink(missing_ok=True)
-    # Copied into one OCI layout shared by every image first, with uncompressed layers, by
-    # skopeo: a layer is named by its content (its diff id), so one already there (the torch
-    # layers under the trainer and the engine, the Debian base) is not written again, and
-    # nothing is gzipped (`buildah push` gzips even with --disable-compression: minutes per torch
-    # layer on 2 cores; containerd imports either form). The archive is then a plain copy of
-    # the image's own blobs out of that layout, and blobs no image names any more are dropped.
+    # Copied into an OCI layout first, with uncompressed layers, by skopeo (`buildah push`
+    # gzips even with --disable-compression: minutes per torch layer on 2 cores; containerd
+    # imports either form); the archive is then a plain copy of the image's blobs out of it.
+    # The layout is deleted once the archive is written: kept, it would hold a third copy of
+    # every layer (~8 GB) beside buildah's storage and the archives.
     layout = layout_dir()
-    run(
-        [
-            "skopeo",
-            "copy",
-            "--quiet",
-            "--dest-oci-accept-uncompressed-layers",
-            f"containers-storage:{storage_spec()}{image.ref}",
-            f"oci:{layout}:{image.ref}",
-        ]
-    )
-    partial = out / f".{image.name}.oci.tar.partial"
-    write_archive(layout, image.ref, partial)
-    partial.replace(image.archive)
-    prune_layout(layout)
+    shutil.rmtree(layout, ignore_errors=True)
+    try:
+        run(
+            [
+                "skopeo",
+                "copy",
+                "--quiet",
+                "--dest-oci-accept-uncompressed-layers",
+                f"containers-storage:{storage_spec()}{image.ref}",
+                f"oci:{layout}:{image.ref}",
+            ]
+        )
+        partial = out / f".{image.name}.oci.tar.partial"
+        write_archive(layout, image.ref, partial)
+        partial.replace(image.archive)
+    finally:
+        shutil.rmtree(layout, ignore_errors=True)
     stamp = {
         "name": image.name,
         "ref": image.ref,
@@ -632,7 +634,7 @@ def build_image(run: Runner, image: Image) -> None:
 
 
 def layout_dir() -> Path:
-    """The OCI image layout every built image is copied into (blobs shared between images)."""
+    """The OCI image layout an image is copied into while its archive is written."""
     return work_dir() / "oci-layout"
 
 
@@ -678,14 +680,6 @@ def write_archive(layout: Path, ref: str, target: Path) -> None:
         for digest in dict.fromkeys(_image_blobs(layout, found[0])):
             algorithm, _, hexdigest = digest.partition(":")
             archive.add(_blob(layout, digest), arcname=f"blobs/{algorithm}/{hexdigest}")
-
-
-def prune_layout(layout: Path) -> None:
-    """Delete the blobs no image of the layout names any more (those of earlier builds)."""
-    keep = {d for m in _manifests(layout) for d in _image_blobs(layout, m)}
-    for path in (layout / "blobs").glob("*/*"):
-        if f"{path.parent.name}:{path.name}" not in keep:
-            path.unlink()
 
 
 #: Debian packages holding the tools of the build.
