@@ -45,6 +45,7 @@ from agentrl.api.rollout import ClassAction, TerminalClass
 from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
+from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import StepSelection, select_step
 from agentrl.trainer.buffer import Group, GroupBuffer
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
@@ -64,6 +65,10 @@ STALENESS = Gauge("agentrl_trainer_staleness_max", "Largest staleness in the las
 GATE_WAITS = Counter(
     "agentrl_trainer_staleness_gate_waits_total",
     "Times a ready step was held back for an episode at the staleness bound.",
+)
+EVAL_PASS_AT_1 = Gauge(
+    "agentrl_trainer_eval_pass_at_1",
+    "Held-out pass@1 at the last evaluation (infra-error attempts left out).",
 )
 
 
@@ -390,6 +395,7 @@ class TrainingDriver:
         self._since = {}
         self._considered_groups = 0
         self._zero_variance = 0
+        step_metrics.observe(record)
         self.records.append(record)
         if self.steps_log is not None:
             # a fresh checkpoint volume has no directory yet (the first checkpoint makes it)
