@@ -58,7 +58,7 @@ def cluster_helm(cluster: ClusterHandle):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def operator_on_real_node(cluster_helm, kubectl, crd_installed, tmp_path):  # type: ignore[no-untyped-def]
+def operator_on_real_node(cluster, cluster_helm, kubectl, crd_installed, tmp_path):  # type: ignore[no-untyped-def]
     """The chart installed with ``examples/helm/local-cluster-values.yaml`` (the operator as a
     pod on the real node, from the image built here) into the test's namespace, watching only
     it; the CRD comes from the suite's fixture. Yields the release name."""
@@ -67,6 +67,19 @@ def operator_on_real_node(cluster_helm, kubectl, crd_installed, tmp_path):  # ty
 
     from tests.chart.charting import CHART, unique_release
 
+    from agentrl.devcluster import images
+    from agentrl.devcluster.cluster import project_archives
+
+    # the node runs what `agentrl dev prepare` built from this tree: an archive older than the
+    # source is not imported, and its pods would only say ErrImageNeverPull after helm's timeout
+    stale = images.missing()
+    if stale:
+        pytest.fail(
+            f"images absent or older than the source: {', '.join(stale)}; "
+            "run `agentrl dev images` (make test runs `agentrl dev prepare` first)"
+        )
+    if cluster.local is not None:  # a kept cluster may hold an earlier build: import the current
+        cluster.local.load(project_archives(), echo=lambda _m: None)
     values = Path(__file__).resolve().parent / "examples" / "helm" / "local-cluster-values.yaml"
     release = unique_release("op")
     extra = tmp_path / "values.json"

@@ -305,10 +305,12 @@ def env(name: str) -> None:
 def load(name: str, archives: tuple[Path, ...]) -> None:
     """Import OCI image archives into the running real node(s) (default: every finished
     archive of `agentrl dev images`); images already there at the same digest are skipped."""
-    from agentrl.devcluster.cluster import project_archives
+    from agentrl.devcluster.cluster import echo_stale_images, project_archives
 
     try:
         local = LocalCluster(name)
+        if not archives:
+            echo_stale_images(lambda m: click.echo(m, err=True))
         chosen = list(archives) or project_archives()
         if not chosen:
             click.echo("no image archives to load (build them with `agentrl dev images`)")

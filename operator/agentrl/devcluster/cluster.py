@@ -396,6 +396,8 @@ class LocalCluster:
         if not count:
             return
         archives = project_archives() if project_images else []
+        if project_images:
+            echo_stale_images(echo)
         for index in range(count):
             node = self.real_node(index)
             t0 = time.monotonic()
@@ -789,6 +791,20 @@ def project_archives() -> list[Path]:
     except ImportError:
         return []
     return list(images.archives())
+
+
+def echo_stale_images(echo: Callable[[str], None]) -> None:
+    """Say which project images are not imported (absent, or built from older source)."""
+    try:
+        from agentrl.devcluster import images
+    except ImportError:
+        return
+    stale = images.missing()
+    if stale:
+        echo(
+            f"not importing {', '.join(stale)}: absent or older than the source "
+            "(`agentrl dev images`, then `agentrl dev cluster load`)"
+        )
 
 
 def _kwok_crd_dir() -> Path:
