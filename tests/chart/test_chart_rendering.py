@@ -4,11 +4,12 @@ the objects each value switches on or off. Offline: no cluster."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from tests.chart.charting import Helm, HelmError, find, kinds
+from tests.chart.charting import CHART, Helm, HelmError, find, kinds
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +221,36 @@ def test_monitoring_objects_render_only_when_enabled(
     assert pods["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/part-of": "agentrl", "app.kubernetes.io/component": "engine",
     }
-    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "watchdog"
     assert pods["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_engine_pod_monitor_scrapes_the_watchdog_and_sglangs_own_metrics(helm: Helm) -> None:
+    from agentrl.reconcile import engine
+    from agentrl.reconcile.constants import LABEL_JOB
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.engine_flags import launch_args
+    from tests.factories import make_job
+
+    docs = helm.template({"metrics": {"podMonitor": {"enabled": True}}})
+    monitor = find(docs, "PodMonitor", "rel-agentrl-engines")
+    # the ports the operator gives the engine pod: the watchdog sidecar's and the engine's
+    # own, where SGLang (launched with --enable-metrics) serves its sglang:* series
+    job = make_job("swe", "team-a").obj()
+    template = engine.statefulset(job, BuildContext.for_job(job), replicas=1)["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        template["metadata"]["labels"].items())
+    assert template["metadata"]["labels"][LABEL_JOB] == "swe"
+    containers = template["spec"]["containers"]
+    ports = {p["name"]: c["name"] for c in containers for p in c.get("ports", [])}
+    assert ports["watchdog"] == "watchdog" and ports["http"] == "engine"
+    assert "--enable-metrics" in launch_args(job)
+    job_label = "__meta_kubernetes_pod_label_" + "".join(
+        c if c.isalnum() else "_" for c in LABEL_JOB)
+    copy_job = {"sourceLabels": [job_label], "targetLabel": "agentrl_job"}
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "watchdog", "path": "/metrics", "interval": "30s", "relabelings": [copy_job]},
+        {"port": "http", "path": "/metrics", "interval": "30s", "relabelings": [copy_job]},
+    ]
 
 
 def test_trainer_pod_monitor_scrapes_the_drivers_metrics_port_on_rank_0_only(
@@ -258,6 +287,9 @@ def test_trainer_pod_monitor_scrapes_the_drivers_metrics_port_on_rank_0_only(
         c if c.isalnum() else "_" for c in ANNOTATION_JOB_COMPLETION_INDEX)
     assert endpoint["relabelings"] == [
         {"sourceLabels": [meta], "regex": "0", "action": "keep"},
+        # the job's name, which the Grafana dashboard selects by
+        {"sourceLabels": ["__meta_kubernetes_pod_label_agentrl_dev_job"],
+         "targetLabel": "agentrl_job"},
     ]
 
 
@@ -310,6 +342,38 @@ def test_alert_metric_names_are_the_ones_the_code_exports() -> None:
     assert rollout_metrics.EPISODES._name == "agentrl_rollout_episodes"
     assert rollout_metrics.EPISODES._labelnames == ("terminal_class",)
     assert TerminalClass.INFRA_ERROR.value == "infra_error"
+
+
+def test_grafana_dashboard_configmap_renders_only_when_enabled(
+    helm: Helm, defaults: list[dict[str, Any]],
+) -> None:
+    dashboard = CHART / "dashboards" / "agentrl.json"
+    assert "ConfigMap" not in kinds(defaults)
+    docs = helm.template({"metrics": {"grafanaDashboard": {"enabled": True}}})
+    config = find(docs, "ConfigMap", "rel-agentrl-dashboard")
+    assert config["metadata"]["namespace"] == "agentrl-system"
+    # the label kube-prometheus-stack's Grafana sidecar looks for by default
+    assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert "annotations" not in config["metadata"]
+    # the dashboard file, byte for byte apart from the trailing newline
+    assert config["data"]["agentrl.json"] == dashboard.read_text(encoding="utf-8").rstrip("\n")
+    assert json.loads(config["data"]["agentrl.json"])["uid"] == "agentrl"
+
+
+def test_grafana_dashboard_label_namespace_and_annotations_are_values(helm: Helm) -> None:
+    docs = helm.template({"metrics": {"grafanaDashboard": {
+        "enabled": True, "label": "example.com/dashboard", "labelValue": "agentrl",
+        "namespace": "monitoring", "additionalLabels": {"team": "rl"},
+        "annotations": {"grafana_folder": "AgentRL"},
+    }}})
+    config = find(docs, "ConfigMap", "rel-agentrl-dashboard")
+    assert config["metadata"]["namespace"] == "monitoring"
+    labels = config["metadata"]["labels"]
+    assert (labels["example.com/dashboard"], labels["team"]) == ("agentrl", "rl")
+    assert "grafana_dashboard" not in labels
+    assert config["metadata"]["annotations"] == {"grafana_folder": "AgentRL"}
+    with pytest.raises(HelmError, match="grafanaDashboard/label"):
+        helm.template({"metrics": {"grafanaDashboard": {"label": "not a label"}}})
 
 
 def test_operator_scheduling_values_reach_the_pod(helm: Helm) -> None:
