@@ -12,6 +12,10 @@ What "exported" means here, read from the exporters themselves rather than from 
 * ``sglang:`` series: the names the pinned SGLang's own collectors register (the probe of the
   environment ``agentrl dev prepare`` makes; without it these tests fail naming that command),
   a histogram's bare name excluded (only its suffixed samples are series).
+
+The labels a query groups or matches by are checked too: those of our series against the label
+names the metric objects declare (plus the labels Prometheus adds when it scrapes); a query on
+an ``sglang:`` series uses only the latter.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +168,51 @@ def _ours() -> dict[str, str]:
     return out
 
 
+#: Labels Prometheus adds when it scrapes (the PodMonitors' relabelling and its own target
+#: labels), the driver adds to its rollout workers' series, and a histogram's samples carry.
+TARGET_LABELS = {"namespace", "pod", "container", "instance", "job", "endpoint", "service",
+                 "agentrl_job", "worker", "le"}
+
+
+def _label_names() -> dict[str, set[str]]:
+    """Sample name → the label names its exporter declares, read from the metric objects of
+    the exporting modules (imported by :func:`_ours`) and of the watchdog."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from agentrl.engine.watchdog import WatchdogMetrics
+
+    _ours()
+    objects = [
+        value
+        for name, module in sorted(sys.modules.items())
+        if name.startswith("agentrl.") and name not in NOT_EXPORTERS
+        for value in vars(module).values()
+        if isinstance(value, MetricWrapperBase)
+    ]
+    objects += [v for v in vars(WatchdogMetrics()).values() if isinstance(v, MetricWrapperBase)]
+    out: dict[str, set[str]] = {}
+    for metric in objects:
+        for family in metric.describe():
+            for suffix in SUFFIXES[family.type]:
+                out[family.name + suffix] = set(metric._labelnames)
+    return out
+
+
+_LABEL_CLAUSE = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^()]*)\)", re.IGNORECASE)
+_MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def labels_used(expr: str) -> set[str]:
+    """The label names ``expr`` groups by or matches on."""
+    text = _STRING.sub('""', expr)
+    names = set()
+    for clause in _LABEL_CLAUSE.finditer(text):
+        names.update(n.strip() for n in clause.group(1).split(",") if n.strip())
+    for block in _MATCHERS.finditer(text):
+        names.update(_MATCHER.findall(block.group()))
+    return names
+
+
 def _sglangs(sglang: dict[str, Any]) -> set[str]:
     names = set(sglang["metrics"]["names"])
     return {
@@ -208,6 +258,31 @@ def test_every_sglang_series_the_dashboard_queries_is_one_the_pinned_sglang_expo
         for where, names in _queried().items()
     }
     assert {where: names for where, names in missing.items() if names} == {}
+
+
+def test_every_label_a_query_groups_or_matches_by_is_one_its_series_carry() -> None:
+    assert labels_used(
+        'sum by (le, provider) (rate(x_bucket{namespace=~"$ns", a!="b=c"}[5m])) / on (pod) y'
+    ) == {"le", "provider", "namespace", "a", "pod"}
+    declared = _label_names()
+    assert declared["agentrl_rollout_infra_retries_total"] == {"reason"}
+    wrong = {}
+    for panel in _panels(_dashboard()):
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            if any(n.startswith("sglang:") for n in names):
+                continue  # SGLang's labels are SGLang's; only Prometheus' are used on them
+            carried = set().union(*(declared[n] for n in names)) | TARGET_LABELS
+            if labels_used(target["expr"]) - carried:
+                wrong[target["expr"]] = sorted(labels_used(target["expr"]) - carried)
+    assert wrong == {}
+
+
+def test_sglang_queries_use_only_the_labels_prometheus_adds() -> None:
+    for panel in _panels(_dashboard()):
+        for target in panel["targets"]:
+            if any(n.startswith("sglang:") for n in metric_names(target["expr"])):
+                assert labels_used(target["expr"]) <= TARGET_LABELS, target["expr"]
 
 
 def test_every_panel_reads_the_dashboards_data_source_variable() -> None:
