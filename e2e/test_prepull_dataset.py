@@ -85,6 +85,7 @@ async def test_the_operator_pre_pulls_the_images_the_trainer_writes_for_its_data
         .with_spec("dataset.format", "swebench")
         .with_spec("dataset.path", str(path))
         .with_spec("dataset.heldOutFraction", 0.0)
+        .with_spec("trainer.evaluation.tasks", 0)  # no held-out tasks: no evaluation
         .with_sandbox(
             nodeSelector=node_selector, prePull={"enabled": True, "maxPullsPerHour": 1000}
         )

@@ -139,6 +139,16 @@ INVALID: list[Case] = [
     Case("upper-case name", {"metadata": {"name": "Corpus"}}, "metadata.name"),
     # --- cross-field rules (CEL)
     Case(
+        "evaluation without held-out tasks",
+        spec({"dataset": {"heldOutFraction": 0.0}, "trainer": {"evaluation": {"tasks": 10}}}),
+        "spec.trainer.evaluation.tasks",
+    ),
+    Case(
+        "evaluation with no attempts",
+        spec({"trainer": {"evaluation": {"attemptsPerTask": 0}}}),
+        "spec.trainer.evaluation.attemptsPerTask",
+    ),
+    Case(
         "trajectories per step not a multiple of the group size",
         spec({"rollout": {"groupSize": 6}, "trainer": {"trajectoriesPerStep": 32}}),
         "spec.trainer.trajectoriesPerStep",

@@ -44,6 +44,8 @@ class Reason(StrEnum):
     TRAINER_PENDING = "TrainerPending"
     TRAINER_RESTARTING = "TrainerRestarting"
     TRAINER_SUCCEEDED = "TrainerSucceeded"
+    EVALUATED = "Evaluated"
+    """An event reason, not a condition's: a held-out evaluation finished."""
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     # sandbox pool

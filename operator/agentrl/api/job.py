@@ -59,6 +59,19 @@ class AgentRLJobSpec(ManifestModel):
 
     cel_rules = (
         Rule(
+            cel="self.trainer.evaluation.tasks == 0 || self.dataset.heldOutFraction > 0.0",
+            message_expression="'trainer.evaluation.tasks (%d) needs held-out tasks: set "
+            "dataset.heldOutFraction above 0, or trainer.evaluation.tasks to 0 (no evaluation)'"
+            ".format([self.trainer.evaluation.tasks])",
+            field_path=".trainer.evaluation.tasks",
+            check=lambda s: s.trainer.evaluation.tasks == 0 or s.dataset.held_out_fraction > 0.0,
+            message=lambda s: (
+                f"trainer.evaluation.tasks ({s.trainer.evaluation.tasks}) needs held-out tasks: "
+                "set dataset.heldOutFraction above 0, or trainer.evaluation.tasks to 0 "
+                "(no evaluation)"
+            ),
+        ),
+        Rule(
             cel="self.trainer.trajectoriesPerStep % self.rollout.groupSize == 0",
             message_expression="'trainer.trajectoriesPerStep (%d) must be a multiple of "
             "rollout.groupSize (%d): a step trains on whole groups'"

@@ -88,7 +88,14 @@ class RolloutStatus(ManifestModel):
     mean_reward: float | None = None
     """Mean reward of the last step."""
     pass_at_1: float | None = None
-    """Held-out pass@1 at the last evaluation."""
+    """Held-out pass@1 at the last evaluation (``spec.trainer.evaluation``): the mean over
+    tasks of successes / attempts that did not end in an infra error."""
+    eval_step: int | None = None
+    """The step after which the last evaluation started (0: the start of training)."""
+    eval_episodes: int | None = None
+    """Attempts the last evaluation counted."""
+    eval_infra_errors: int | None = None
+    """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
     infra_error_rate: float = 0.0
     """Share of episodes that ended in infra_error (retried, never trained on)."""
     truncated_rate: float = 0.0

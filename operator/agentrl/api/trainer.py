@@ -178,6 +178,27 @@ _NCCL_IFNAMES = rf"^(\^=?|=)?{_IFNAME}(,{_IFNAME})*$"
 _GLOO_IFNAMES = rf"^{_IFNAME}(,{_IFNAME})*$"
 
 
+class EvaluationSpec(ManifestModel):
+    """``spec.trainer.evaluation``: held-out pass@1 measured while the job trains.
+
+    The driver evaluates at the start and every ``intervalSteps`` steps through the same rollout
+    tier as training, beside it (never blocking a step): ``attemptsPerTask`` episodes on each of
+    ``tasks`` held-out tasks (``dataset.heldOutFraction``), sampled per stratum (the toy tasks'
+    bug kind, the SWE tasks' repository). Its episodes never enter a training step."""
+
+    interval_steps: int = Field(default=10, ge=0, le=100_000)
+    """Evaluate at the start and after every this many steps; 0: only at the start."""
+    tasks: int = Field(default=100, ge=0, le=100_000)
+    """Held-out tasks per evaluation, sampled stratified with ``dataset.seed`` (all of them
+    when the held-out split is smaller); 0 turns evaluation off."""
+    attempts_per_task: int = Field(default=4, ge=1, le=64)
+    """Episodes per task; pass@1 is the mean over tasks of successes / attempts that did not
+    end in an infra error."""
+    concurrency_share: float = Field(default=0.25, gt=0.0, le=1.0)
+    """Share of ``sandbox.concurrency`` evaluation episodes may hold at once (at least one);
+    training keeps running its own episodes beside them."""
+
+
 class NetworkSpec(ManifestModel):
     """Collective-communication network pinning."""
 
@@ -242,6 +263,8 @@ class TrainerSpec(ManifestModel):
     """Checkpoints."""
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     """NCCL/RCCL network pinning."""
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    """Held-out pass@1 during training (at the start and every ``intervalSteps``)."""
     backoff_limit: int = Field(default=3, ge=0, le=100)
     """Trainer restarts (from the last checkpoint) before the job is Failed."""
     image: str = Field(default="ghcr.io/agentrl/rocm-trainer:0.1.0", min_length=1, max_length=512)

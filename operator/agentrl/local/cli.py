@@ -244,9 +244,9 @@ class _JobActor:
 @click.option(
     "--eval-samples",
     type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Episodes per held-out task when measuring pass@1.",
+    default=None,
+    help="Episodes per held-out task when measuring pass@1 [default: the manifest's "
+    "trainer.evaluation.attemptsPerTask].",
 )
 @click.option("--skip-eval", is_flag=True, help="Do not measure held-out pass@1.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -283,7 +283,7 @@ def run(
     resume: bool,
     max_steps: int | None,
     chaos: float,
-    eval_samples: int,
+    eval_samples: int | None,
     skip_eval: bool,
     seed: int,
     quiet: bool,

@@ -16,6 +16,14 @@ from agentrl.trainer.loop import StepRecord
 PARTS = ("actor_update", "waiting_for_rollout", "logprob_recompute", "weight_sync")
 
 
+def _evaluation_share(result: RunResult) -> float | None:
+    """The evaluations' share of the rollout tier's time: their episodes' wall seconds over
+    those plus the training episodes' (summed per episode, so overlap counts for both)."""
+    spent = sum(r.episode_seconds for r in result.evaluations)
+    total = spent + result.train_episode_seconds
+    return spent / total if total > 0 else None
+
+
 def summarize(result: RunResult) -> dict[str, Any]:
     """Every headline figure of the run (the content of ``summary.json``)."""
     records = result.records
@@ -39,6 +47,18 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "train_tasks": result.train_tasks,
         "eval_before": result.before.model_dump() if result.before else None,
         "eval_after": result.after.model_dump() if result.after else None,
+        "evaluations": [
+            {
+                "step": r.step,
+                "pass_at_1": r.pass_at_1,
+                "episodes": r.episodes,
+                "infra_errors": r.infra_errors,
+                "seconds": r.seconds,
+                "episode_seconds": r.episode_seconds,
+            }
+            for r in result.evaluations
+        ],
+        "evaluation_share_of_rollout": _evaluation_share(result),
         "trajectories": counters.trajectories,
         "trained_trajectories": counters.trained_trajectories,
         "trajectories_per_hour": counters.trajectories / hours if hours > 0 else 0.0,

@@ -11,8 +11,11 @@ What runs where:
 * trainer — :class:`agentrl.trainer.loop.TrainingDriver` with the torch backend, disk weight sync
   to the engines' ``/update_weights_from_disk``, and checkpoints.
 
-Held-out pass@1 is measured before the first step and after the last one with the same agent,
-engines and verifier, on tasks the trainer never sees (``dataset.heldOutFraction``).
+Held-out pass@1 is measured on tasks the trainer never sees (``dataset.heldOutFraction``) with
+the same agent, engines and verifier (:mod:`agentrl.trainer.evaluation`, one line each in
+``logs/evaluations.jsonl``): before the first step, waited for (the untrained weights alone);
+by the driver every ``trainer.evaluation.intervalSteps`` steps, beside training, as on a
+cluster; and once more after the last step when the driver's last evaluation was earlier.
 
 Callers: :mod:`agentrl.local.cli` (directly, or inside a Ray actor) and ``bench/local_learning.py``.
 """
@@ -31,15 +34,17 @@ from pydantic import BaseModel, Field
 
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
+from agentrl.api.trainer import EvaluationSpec
 from agentrl.engine import tiny
 from agentrl.engine.client import EngineClient, connection_pool_size
 from agentrl.engine.tokenizer import get_tokenizer
 from agentrl.local.engines import EngineChaos, LocalEngine, LocalEngines
-from agentrl.rollout.admission import OpenAdmission, StalenessAdmission
+from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.evaluation import Evaluation
 from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks import load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task
@@ -49,6 +54,7 @@ from agentrl.sandbox.errors import SandboxCreateError
 from agentrl.sandbox.metrics import InstrumentedProvider
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.evaluation import EVALUATIONS_LOG, EvaluationRecord, PeriodicEvaluation
 from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
 from agentrl.trainer.torch_backend import TorchBackend
 from agentrl.trainer.weight_sync import DiskWeightSync
@@ -67,21 +73,12 @@ class RunOptions(BaseModel):
     """Override ``trainer.maxSteps`` (a short smoke run)."""
     chaos_rate: float = Field(default=0.0, ge=0.0, le=0.5)
     """Injected failure rate: sandbox creations that fail, and engine crashes per request."""
-    eval_samples: int = Field(default=4, ge=1)
-    """Episodes per held-out task when measuring pass@1."""
+    eval_samples: int | None = Field(default=None, ge=1)
+    """Episodes per held-out task when measuring pass@1; None: the spec's
+    ``trainer.evaluation.attemptsPerTask``."""
     skip_eval: bool = False
     """Skip the held-out measurements (pass@1 is then reported as null)."""
     seed: int = 0
-
-
-class Evaluation(BaseModel):
-    """Held-out pass@1 at one weight version."""
-
-    pass_at_1: float | None
-    episodes: int
-    passed: int
-    infra_errors: int
-    """Episodes that ended in infra errors (excluded from pass@1, never counted as failures)."""
 
 
 class RunResult(BaseModel):
@@ -98,6 +95,11 @@ class RunResult(BaseModel):
     long_tail_shares: list[float]
     train_tasks: int
     held_out_tasks: int
+    evaluations: list[EvaluationRecord] = Field(default_factory=list)
+    """The driver's evaluations (at the start and every ``intervalSteps``)."""
+    train_episode_seconds: float = 0.0
+    """Wall seconds of the training episodes, summed (the evaluations' share is relative to
+    this plus their own)."""
     wall_seconds: float
     caps: dict[str, int]
     """The trajectory caps, for the length histogram (tokens)."""
@@ -152,33 +154,41 @@ def edit_vocabulary(tasks: list[Task]) -> tuple[str, ...]:
     return tuple(names) or tiny.DEFAULT_PRIOR_EDITS
 
 
-async def evaluate(
-    runner: EpisodeRunner, tasks: list[Task], *, samples: int, concurrency: int
-) -> Evaluation:
-    """pass@1 on ``tasks``: ``samples`` episodes each, at the rollout temperature."""
-    if not tasks:
-        return Evaluation(pass_at_1=None, episodes=0, passed=0, infra_errors=0)
-    scheduler = RolloutScheduler(
-        runner=runner,
-        tasks=tasks,
-        concurrency=concurrency,
-        group_size=samples,
-        admission=OpenAdmission(),
-    )
-    passed = episodes = infra = 0
-    async with scheduler:
-        async for t in scheduler.trajectories():
-            if t.terminal_class == TerminalClass.INFRA_ERROR:
-                infra += 1
-                continue
-            episodes += 1
-            passed += (t.reward or 0.0) >= 1.0
-    return Evaluation(
-        pass_at_1=passed / episodes if episodes else None,
-        episodes=episodes,
-        passed=passed,
-        infra_errors=infra,
-    )
+class _EpisodeSeconds:
+    """The driver's ``on_trajectory``: sums the training episodes' wall seconds, then calls
+    the caller's hook."""
+
+    def __init__(self, then: Callable[[Trajectory], None] | None) -> None:
+        self.then = then
+        self.seconds = 0.0
+
+    def __call__(self, trajectory: Trajectory) -> None:
+        self.seconds += trajectory.timings.total_seconds
+        if self.then is not None:
+            self.then(trajectory)
+
+
+def _evaluation_spec(spec: EvaluationSpec, options: RunOptions) -> EvaluationSpec:
+    """The spec's evaluation, ``--eval-samples`` overriding its attempts per task."""
+    if options.eval_samples is None:
+        return spec
+    return spec.model_copy(update={"attempts_per_task": options.eval_samples})
+
+
+async def _final_evaluation(
+    evaluation: PeriodicEvaluation,
+    step: int,
+    weight_sync: DiskWeightSync,
+    phase: Callable[[str], None],
+) -> Evaluation | None:
+    """pass@1 of the trained weights: the driver's last evaluation when it measured the last
+    step (training was over while it ran), else one more with the whole concurrency."""
+    results = evaluation.results
+    if results and results[-1].step == step:
+        return results[-1]
+    await weight_sync.reconcile()
+    phase("measuring held-out pass@1 (after)")
+    return await evaluation.run_now(step)
 
 
 async def run_local(
@@ -267,7 +277,11 @@ async def run_local(
         initial_path=start_weights,
     )
     health: asyncio.Task[None] | None = None
-    before = after = None
+    before: Evaluation | None = None
+    after: Evaluation | None = None
+    evaluation: PeriodicEvaluation | None = None
+    train_seconds = _EpisodeSeconds(on_trajectory)
+
     records: list[StepRecord] = []
     long_tail: list[float] = []
     interrupted = False
@@ -277,11 +291,9 @@ async def run_local(
         # Readiness probing starts once the engines are up (before, every probe would fail).
         health = asyncio.get_running_loop().create_task(pool.watch_health(1.0))
         concurrency = spec.sandbox.concurrency
-        if not options.skip_eval and not options.resume:
-            phase("measuring held-out pass@1 (before)")
-            before = await evaluate(
-                runner, held_out, samples=options.eval_samples, concurrency=concurrency
-            )
+        evals_log = run_dir / "logs" / EVALUATIONS_LOG
+        if not options.resume:
+            evals_log.unlink(missing_ok=True)
         admission = StalenessAdmission(
             trajectories_per_step=spec.trainer.trajectories_per_step,
             max_staleness=spec.trainer.async_.max_staleness,
@@ -303,6 +315,23 @@ async def run_local(
             admission=admission,
             batch_size=spec.trainer.trajectories_per_step,
         )
+        evaluation = (
+            None
+            if options.skip_eval
+            else PeriodicEvaluation(
+                _evaluation_spec(spec.trainer.evaluation, options),
+                held_out,
+                seed=spec.dataset.seed,
+                runner=runner,
+                concurrency=lambda: scheduler.concurrency,
+                log_path=evals_log,
+            )
+        )
+        if evaluation is not None and not options.resume:
+            # Before training, and waited for: the untrained weights alone, with the whole
+            # concurrency (the driver's evaluations at the interval run beside training).
+            phase("measuring held-out pass@1 (before)")
+            before = await evaluation.run_now(state.step)
         driver = TrainingDriver(
             spec=spec,
             backend=backend,
@@ -314,8 +343,9 @@ async def run_local(
             state=state,
             steps_log=steps_log,
             on_step=on_step,
-            on_trajectory=on_trajectory,
+            on_trajectory=train_seconds,
             max_steps=options.max_steps,
+            evaluation=evaluation,
         )
         phase("training")
         try:
@@ -324,12 +354,8 @@ async def run_local(
             records = driver.records
             long_tail = list(scheduler.long_tail_shares)
             await scheduler.cancel()
-        if not options.skip_eval:
-            await weight_sync.reconcile()
-            phase("measuring held-out pass@1 (after)")
-            after = await evaluate(
-                runner, held_out, samples=options.eval_samples, concurrency=concurrency
-            )
+        if evaluation is not None:
+            after = await _final_evaluation(evaluation, state.step, weight_sync, phase)
     except asyncio.CancelledError:
         interrupted = True
     finally:
@@ -356,6 +382,8 @@ async def run_local(
         long_tail_shares=long_tail,
         train_tasks=len(train),
         held_out_tasks=len(held_out),
+        evaluations=list(evaluation.results) if evaluation is not None else [],
+        train_episode_seconds=train_seconds.seconds,
         wall_seconds=time.monotonic() - started,
         caps={
             "max_trajectory_tokens": caps.max_trajectory_tokens,

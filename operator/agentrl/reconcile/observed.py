@@ -103,6 +103,12 @@ class TrainerProgress(_Annotation):
     """Mean reward of the last step."""
     pass_at_1: float | None = None
     """Held-out pass@1 at the last evaluation."""
+    eval_step: int | None = Field(default=None, ge=0)
+    """The step after which the last evaluation started (0: the start); None: none yet."""
+    eval_episodes: int | None = Field(default=None, ge=0)
+    """Attempts the last evaluation counted (infra errors left out)."""
+    eval_infra_errors: int | None = Field(default=None, ge=0)
+    """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
     infra_error_rate: float = 0.0
     """Share of episodes ended by infra errors."""
     truncated_rate: float = 0.0

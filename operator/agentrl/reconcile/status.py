@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -456,14 +456,41 @@ def _sub_status(
         RolloutStatus(
             trajectories_per_hour=progress.trajectories_per_hour,
             mean_reward=progress.mean_reward,
-            pass_at_1=progress.pass_at_1,
             infra_error_rate=progress.infra_error_rate,
             truncated_rate=progress.truncated_rate,
+            **_evaluation_fields(progress, previous.rollout),
         )
         if progress
         else previous.rollout
     )
     return engines, sandbox, trainer, rollout
+
+
+def _evaluation_fields(progress: TrainerProgress, previous: RolloutStatus) -> dict[str, Any]:
+    """The last evaluation's figures: the progress's when it reports one, else the ones already
+    in status (a restarted trainer reports steps before its first evaluation ends)."""
+    reports = progress.eval_step is not None or progress.pass_at_1 is not None
+    source: TrainerProgress | RolloutStatus = progress if reports else previous
+    return {
+        "pass_at_1": source.pass_at_1,
+        "eval_step": source.eval_step,
+        "eval_episodes": source.eval_episodes,
+        "eval_infra_errors": source.eval_infra_errors,
+    }
+
+
+def _evaluation_event(previous: RolloutStatus, new: RolloutStatus) -> Event | None:
+    """``Evaluated`` when the status carries an evaluation it did not carry before (compared
+    with the status already written, so a restarted operator does not post it again)."""
+    if new.eval_step is None or new.eval_step == previous.eval_step:
+        return None
+    figure = "n/a" if new.pass_at_1 is None else f"{new.pass_at_1:.3f}"
+    return Event(
+        type="Normal",
+        reason=Reason.EVALUATED,
+        message=f"held-out pass@1 {figure} after step {new.eval_step} over "
+        f"{new.eval_episodes} attempts ({new.eval_infra_errors} infra errors left out)",
+    )
 
 
 def _ready_verdict(components: dict[ConditionType, _Verdict]) -> _Verdict:
@@ -654,6 +681,9 @@ def compute_status(
     engines, sandbox, trainer, rollout = _sub_status(
         job, previous, observed, decision, progress, finished
     )
+    evaluated = _evaluation_event(previous.rollout, rollout)
+    if evaluated is not None:
+        events.append(evaluated)
     status = AgentRLJobStatus(
         observed_generation=generation,
         conditions=conditions,

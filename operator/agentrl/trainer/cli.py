@@ -381,7 +381,7 @@ async def drive(
     try:
         await _train(
             config, backend, clients, weight_sync, checkpoints, state, stream, admission, tracker,
-            episodes=episodes,
+            episodes=episodes, held_out=held_out,
         )  # fmt: skip
     finally:
         for client in clients:
@@ -406,14 +406,27 @@ async def _train(
     tracker: Any,
     *,
     episodes: Any = None,
+    held_out: Any = (),
 ) -> None:
+    from agentrl.trainer.evaluation import EVALUATIONS_LOG, PeriodicEvaluation
     from agentrl.trainer.loop import TrainingDriver
 
     spec = config.job.spec
     for client in clients:
         # Engines load weights and capture graphs for minutes: wait as long as their probes do.
         await client.wait_healthy(deadline_seconds=float(spec.inference.startup_timeout_seconds))
+    run_dir = config.env.checkpoint_dir / CHECKPOINT_SUBDIR
     async with _rollout_tier(config, stream, admission, episodes) as scheduler:
+        # held-out pass@1 through the same episode runner, beside the loop (never awaited)
+        evaluation = PeriodicEvaluation(
+            spec.trainer.evaluation,
+            held_out,
+            seed=spec.dataset.seed,
+            runner=scheduler.runner,
+            concurrency=lambda: scheduler.concurrency,
+            log_path=run_dir / EVALUATIONS_LOG,
+            on_result=tracker.on_evaluation,
+        )
         driver = TrainingDriver(
             spec=spec,
             backend=backend,
@@ -423,8 +436,9 @@ async def _train(
             checkpoints=checkpoints,
             stream=stream,
             state=state,
-            steps_log=config.env.checkpoint_dir / CHECKPOINT_SUBDIR / "steps.jsonl",
+            steps_log=run_dir / "steps.jsonl",
             on_step=lambda record: tracker.on_step(record, driver),
+            evaluation=evaluation,
         )
         await driver.run()
         await tracker.flush()

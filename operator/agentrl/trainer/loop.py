@@ -9,6 +9,7 @@ The whole loop, in order::
             push weights every interval steps       (weight sync; admission opens a version)
             checkpoint every interval steps
             log one StepRecord
+            evaluate held-out pass@1 every interval steps (beside the loop, never awaited)
 
 Rollouts never stop for training: episodes keep running against the engines while the backend
 steps, which is where asynchronous GRPO gets its speed.
@@ -207,6 +208,17 @@ class TrajectorySource(Protocol):
     async def cancel(self) -> None: ...
 
 
+class Evaluator(Protocol):
+    """The held-out evaluation as the driver sees it
+    (:class:`agentrl.trainer.evaluation.PeriodicEvaluation`)."""
+
+    def maybe_start(self, step: int, *, start: bool = False) -> None: ...
+
+    async def finish(self, step: int) -> None: ...
+
+    async def cancel(self) -> None: ...
+
+
 class TrainingDriver:
     """Runs the loop above until ``trainer.maxSteps``."""
 
@@ -225,6 +237,7 @@ class TrainingDriver:
         on_step: Callable[[StepRecord], None] | None = None,
         on_trajectory: Callable[[Trajectory], None] | None = None,
         max_steps: int | None = None,
+        evaluation: Evaluator | None = None,
     ) -> None:
         self.spec = spec
         self.backend = backend
@@ -238,6 +251,7 @@ class TrainingDriver:
         self.on_step = on_step
         self.on_trajectory = on_trajectory
         self.max_steps = max_steps or spec.trainer.max_steps
+        self.evaluation = evaluation
         self.buffer = GroupBuffer(spec.rollout.group_size)
         self.records: list[StepRecord] = []
         self._since: dict[str, int] = {}
@@ -251,6 +265,8 @@ class TrainingDriver:
         self._started = started
         ready_since = time.monotonic()
         iterator = self.source.trajectories().__aiter__()  # type: ignore[attr-defined]
+        if self.evaluation is not None:
+            self.evaluation.maybe_start(self.state.step, start=True)
         try:
             while self.state.step < self.max_steps:
                 try:
@@ -274,12 +290,18 @@ class TrainingDriver:
                 waited = time.monotonic() - ready_since
                 await self._train(selection, waited)
                 ready_since = time.monotonic()
+                if self.evaluation is not None:
+                    self.evaluation.maybe_start(self.state.step)
         except asyncio.CancelledError:
             self._checkpoint_if_new()
+            if self.evaluation is not None:
+                await self.evaluation.cancel()
             raise
         finally:
             self.state.elapsed_seconds = time.monotonic() - started
         self._checkpoint_if_new()
+        if self.evaluation is not None:  # training is over: nothing waits behind it
+            await self.evaluation.finish(self.state.step)
         return self.state
 
     # -- the staleness gate ------------------------------------------------------------------

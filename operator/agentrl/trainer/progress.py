@@ -6,7 +6,8 @@ driver's running counters into a :class:`TrainerProgress` and hands it to a
 :class:`ProgressReporter`: :class:`LightkubeProgressReporter` merge-patches the pod (its
 ServiceAccount needs ``patch`` on its own pod), :class:`FakeProgressReporter` records (tests),
 :class:`LoggingProgressReporter` logs (outside a pod). Reporting never stops training: an API
-error is logged and the next step reports again.
+error is logged and the next step reports again. The last held-out evaluation
+(:meth:`ProgressTracker.on_evaluation`) is reported at once and carried in every later report.
 
 Callers: :mod:`agentrl.trainer.cli` (rank 0).
 """
@@ -112,17 +113,37 @@ class ProgressTracker:
         self.state = state
         self._started = time.monotonic() - state.elapsed_seconds
         self._pending: list[Any] = []
+        self._last: TrainerProgress | None = None
+        self._evaluation: dict[str, Any] = {}
 
     def on_step(self, record: StepRecord, driver: Any) -> None:
-        import asyncio
-
         hours = (time.monotonic() - self._started) / 3600.0
-        progress = progress_of(
+        self._last = progress_of(
             record,
             self.state,
             last_checkpoint_step=getattr(driver, "_last_checkpoint", 0),
             hours=hours,
         )
+        self._send()
+
+    def on_evaluation(self, record: Any) -> None:
+        """A held-out evaluation finished (an :class:`agentrl.trainer.evaluation.
+        EvaluationRecord`): report it now, and with every step from here on."""
+        self._evaluation = {
+            "pass_at_1": record.pass_at_1,
+            "eval_step": record.step,
+            "eval_episodes": record.episodes,
+            "eval_infra_errors": record.infra_errors,
+        }
+        if self._last is None:  # before the first step of this run
+            self._last = TrainerProgress(step=self.state.step, last_checkpoint_step=self.state.step)
+        self._send()
+
+    def _send(self) -> None:
+        import asyncio
+
+        assert self._last is not None
+        progress = self._last.model_copy(update=self._evaluation)
         self._pending = [t for t in self._pending if not t.done()]
         self._pending.append(asyncio.get_running_loop().create_task(self.reporter.report(progress)))
 

@@ -1,0 +1,108 @@
+"""A held-out evaluation on the real API server: the trainer's progress annotation carries it,
+the reconciler writes it into ``status.rollout`` (the ``Pass@1`` printer column) and posts one
+``Evaluated`` event per evaluation — none again from a restarted operator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from agentrl.controller.kube import LightkubeAPI
+from agentrl.controller.reconciler import Reconciler
+from agentrl.controller.settings import OperatorSettings
+from agentrl.controller.workqueue import Key
+from agentrl.devcluster.testing import ClusterHandle, Kubectl
+from agentrl.reconcile.constants import ANNOTATION_PROGRESS, FIELD_MANAGER
+from tests.factories import make_pod
+
+pytestmark = [pytest.mark.apiserver]
+
+MANIFEST = yaml.safe_load(Path("examples/quickstart-cluster.yaml").read_text())
+NAME = MANIFEST["metadata"]["name"]
+
+
+async def _reconcile_once(kubeconfig: Path, namespace: str) -> None:
+    """One reconcile by a fresh Reconciler (what an operator restart starts from)."""
+    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager=FIELD_MANAGER)
+    try:
+        await Reconciler(LightkubeAPI(client), OperatorSettings()).reconcile(Key(namespace, NAME))
+    finally:
+        await client.close()
+
+
+def _progress(eval_step: int, pass_at_1: float) -> dict[str, Any]:
+    return {
+        "step": eval_step,
+        "lastCheckpointStep": 0,
+        "weightVersion": str(eval_step),
+        "passAt1": pass_at_1,
+        "evalStep": eval_step,
+        "evalEpisodes": 14,
+        "evalInfraErrors": 2,
+    }
+
+
+def _rank0_pod(progress: dict[str, Any]) -> dict[str, Any]:
+    pod = (
+        make_pod(f"{NAME}-trainer-0-abcde", "trainer", job=NAME)
+        .annotated("batch.kubernetes.io/job-completion-index", "0")
+        .annotated(ANNOTATION_PROGRESS, progress)
+        .obj()
+    )
+    del pod["status"]
+    pod["spec"] = {"containers": [{"name": "trainer", "image": "localhost/agentrl/none:0"}]}
+    return pod
+
+
+def _evaluated_events(kubectl: Kubectl) -> list[dict[str, Any]]:
+    return kubectl.json(
+        "get", "events", "--field-selector", f"involvedObject.name={NAME},reason=Evaluated"
+    )["items"]
+
+
+@pytest.mark.usefixtures("crd_installed")
+async def test_an_evaluation_reaches_status_the_printer_column_and_one_event(
+    cluster: ClusterHandle, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl.apply(MANIFEST)
+    kubectl.apply(_rank0_pod(_progress(0, 0.375)))
+    await _reconcile_once(cluster.kubeconfig, namespace)
+
+    rollout = kubectl.json("get", "arj", NAME)["status"]["rollout"]
+    assert (rollout["passAt1"], rollout["evalStep"]) == (0.375, 0)
+    assert (rollout["evalEpisodes"], rollout["evalInfraErrors"]) == (14, 2)
+    # the printer column, as the API server serves it, reads that field and shows the figure
+    crd = kubectl.json("get", "crd", "agentrljobs.agentrl.dev")
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    path = next(c["jsonPath"] for c in columns if c["name"] == "Pass@1")
+    assert path == ".status.rollout.passAt1"
+    assert kubectl.run("get", "arj", NAME, "-o", f"jsonpath={{{path}}}").stdout == "0.375"
+    header, row = kubectl.run("get", "arj", NAME, "-o", "wide").stdout.splitlines()[:2]
+    start = header.index("PASS@1")
+    assert row[start:].split()[0] == "0.375"
+    events = _evaluated_events(kubectl)
+    assert len(events) == 1
+    assert events[0]["type"] == "Normal"
+    assert events[0]["message"] == (
+        "held-out pass@1 0.375 after step 0 over 14 attempts (2 infra errors left out)"
+    )
+
+    # an operator restart (a fresh reconciler) sees the evaluation already in status: no repeat
+    await _reconcile_once(cluster.kubeconfig, namespace)
+    assert len(_evaluated_events(kubectl)) == 1
+
+    # the next evaluation: the figure moves and one more event is posted
+    kubectl.apply(_rank0_pod(_progress(10, 0.5)))
+    await _reconcile_once(cluster.kubeconfig, namespace)
+    rollout = kubectl.json("get", "arj", NAME)["status"]["rollout"]
+    assert (rollout["passAt1"], rollout["evalStep"]) == (0.5, 10)
+    messages = sorted(e["message"] for e in _evaluated_events(kubectl))
+    assert messages == [
+        "held-out pass@1 0.375 after step 0 over 14 attempts (2 infra errors left out)",
+        "held-out pass@1 0.500 after step 10 over 14 attempts (2 infra errors left out)",
+    ]
