@@ -233,8 +233,9 @@ class PodFactory:
         self._pod["metadata"]["annotations"][key] = raw
         return self
 
-    def deleting(self) -> Self:
-        self._pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    def deleting(self, until: str = "2026-01-01T00:00:00Z") -> Self:
+        """Deleted; ``until``: its deletionTimestamp (deletion time + grace period)."""
+        self._pod["metadata"]["deletionTimestamp"] = until
         return self
 
     def obj(self) -> dict[str, Any]:

@@ -429,8 +429,44 @@ def test_a_suspended_job_says_so_and_clears_its_start_time():
 
 
 def test_suspended_lists_pods_still_terminating():
-    result = _compute(make_job().suspended().obj(), _healthy_objects(engines=2))
-    assert "(4 pods still terminating)" in _cond(result, "Suspended").message
+    # the trainer has stopped (no trainer pod): engines and the rollout worker terminate
+    result = _compute(make_job().suspended().obj(), _healthy_objects(engines=2, nodes=0))
+    assert "(3 pods still terminating)" in _cond(result, "Suspended").message
+
+
+def test_a_suspending_job_keeps_its_engines_until_the_trainer_has_checkpointed():
+    job = make_job().with_engines(2).suspended().obj()
+    result = _compute(job, _healthy_objects(engines=2))  # the trainer pod still runs
+    cond = _cond(result, "Suspended")
+    assert (cond.status, cond.reason) == ("False", "Suspending")
+    assert "1 trainer pods stopping, at most 900s" in cond.message
+    assert (_cond(result, "Ready").status, _cond(result, "Ready").reason) == (
+        "False",
+        "Suspending",
+    )
+    assert result.status.ready_reason == "Suspending"
+    assert result.status.engines.replicas == 2  # its last step may still push weights
+    assert (result.status.sandbox.concurrency, result.status.sandbox.limited_by) == (
+        0,
+        "spec.suspend",
+    )
+    assert ("Normal", "Suspending") in [(e.type, e.reason) for e in result.events]
+
+
+def test_suspending_becomes_suspended_when_the_trainer_pods_are_gone_or_past_their_grace():
+    job = make_job().with_engines(2).suspended()
+    first = _compute(job.obj(), _healthy_objects(engines=2))
+    after = job.with_status(status_body(first.status)).obj()
+    stopping = make_pod("demo-trainer-0-x", "trainer").running().deleting("2026-03-01T12:10:00Z")
+    within = _compute(after, {"pods": [stopping.obj()]})
+    assert _cond(within, "Suspended").reason == "Suspending"
+    later = NOW + timedelta(minutes=11)  # past its deletionTimestamp: the kubelet killed it
+    for objects in ({"pods": []}, {"pods": [stopping.obj()]}):
+        done = _compute(after, objects, now=later)
+        cond = _cond(done, "Suspended")
+        assert (cond.status, cond.reason) == ("True", "JobSuspended")
+        assert done.status.engines.replicas == 0
+        assert ("Normal", "JobSuspended") in [(e.type, e.reason) for e in done.events]
 
 
 def test_resuming_posts_a_resumed_event_and_restarts_the_clock():

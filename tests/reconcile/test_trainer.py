@@ -129,6 +129,15 @@ def test_suspend_is_passed_to_the_job_and_no_deadline_without_one():
     assert "activeDeadlineSeconds" not in spec
 
 
+def test_the_trainer_pods_grace_period_is_the_checkpoint_stop_grace_period():
+    default = make_job("swe").obj()
+    pod = trainer.trainer_job(default, BuildContext.for_job(default))["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 900
+    job = _job(checkpoint={"stopGracePeriodSeconds": 3600})
+    pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 3600
+
+
 def test_trainer_service_resolves_ranks_before_they_are_ready():
     job = _job()
     svc = trainer.headless_service(job, BuildContext.for_job(job))

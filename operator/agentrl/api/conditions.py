@@ -53,6 +53,8 @@ class Reason(StrEnum):
     ROLLOUT_PROGRESSING = "RolloutProgressing"
     QUOTA_LIMITED = "QuotaLimited"
     # suspend
+    SUSPENDING = "Suspending"
+    """The trainer is writing its checkpoint; engines and rollout workers wait for it."""
     SUSPENDED = "JobSuspended"
     RESUMED = "JobResumed"
     NOT_SUSPENDED = "NotSuspended"

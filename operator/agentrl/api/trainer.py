@@ -169,6 +169,12 @@ class Checkpoint(ManifestModel):
         default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
     )
     """StorageClass of that PVC (a DNS-1123 subdomain); unset uses the cluster default."""
+    stop_grace_period_seconds: int = Field(default=900, ge=30, le=86_400)
+    """Seconds a trainer pod has, once told to stop (the job suspended, its node drained, the
+    pod deleted), to finish its step, write a checkpoint and exit before Kubernetes kills it:
+    the pods' ``terminationGracePeriodSeconds``. Size it for one step plus one checkpoint
+    write; the default leaves a 30B model's step and ~0.4 TB of weights and optimizer state at
+    about 1 GB/s. While the job is suspending, engines stay up for at most this long."""
 
 
 #: One Linux interface name: at most 15 characters (IFNAMSIZ 16 with the terminator), no

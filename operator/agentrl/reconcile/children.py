@@ -10,6 +10,7 @@ Deployment. Every child carries the ownerReference to the job and the job's labe
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -66,12 +67,14 @@ def desired_children(
     finished: bool = False,
     trainer_job: TrainerJobPlan | None = None,
     observed: Observed | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Every child of ``job`` in apply order. ``finished``: the job is Complete or Failed
     (workloads scaled to zero, trainer suspended); ``trainer_job``: the trainer Job's attempt
-    and whether to apply it (default: apply attempt 0, as for a new job)."""
+    and whether to apply it (default: apply attempt 0, as for a new job); ``now``: when the
+    trainer pods of a suspending job are past their grace period (``policies.suspend``)."""
     plan = trainer_job or TrainerJobPlan()
-    scale = workload_scale(job, finished=finished, observed=observed)
+    scale = workload_scale(job, finished=finished, observed=observed, now=now)
     children: list[dict[str, Any]] = [configmap.config_map(job, ctx, scale)]
     claim = pvc.checkpoint_pvc(job, ctx)
     if claim is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -146,6 +147,9 @@ class ObservedPod(_Snapshot):
     component: str | None = None
     phase: str = "Pending"
     deleting: bool = False
+    deletion_timestamp: datetime | None = None
+    """``metadata.deletionTimestamp`` of a deleted pod: the deletion time plus its grace period,
+    after which the kubelet kills what still runs."""
     conditions: tuple[ObservedCondition, ...] = ()
     containers: tuple[ObservedContainer, ...] = ()
     """Init containers first, then the regular ones."""
@@ -305,6 +309,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> ObservedPod:
         component=(_get(obj, "metadata", "labels") or {}).get(LABEL_COMPONENT),
         phase=str(status.get("phase") or "Pending"),
         deleting=_get(obj, "metadata", "deletionTimestamp") is not None,
+        deletion_timestamp=_get(obj, "metadata", "deletionTimestamp"),
         conditions=_conditions(status.get("conditions")),
         containers=tuple(_container(c) for c in statuses),
         annotations=dict(_get(obj, "metadata", "annotations") or {}),

@@ -32,7 +32,7 @@ from agentrl.reconcile.children import ChildRef, TrainerJobPlan, child_ref, desi
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.engine_flags import EngineFlagError
 from agentrl.reconcile.observed import Observed
-from agentrl.reconcile.policies import deadline, ttl
+from agentrl.reconcile.policies import deadline, suspend, ttl
 from agentrl.reconcile.status import (
     Event,
     StatusResult,
@@ -76,9 +76,12 @@ def _trainer_job_plan(result: StatusResult, observed: Observed) -> TrainerJobPla
     return TrainerJobPlan(apply=not keep_hands_off, attempt=result.trainer.restarts)
 
 
-def _requeue(job: AgentRLJob, result: StatusResult, now: datetime) -> float | None:
+def _requeue(
+    job: AgentRLJob, result: StatusResult, now: datetime, observed: Observed
+) -> float | None:
     status = result.status
     waits = [
+        suspend.seconds_until_trainer_stopped(job, observed, now),
         deadline.seconds_until_deadline(job, parse_time(status.start_time), now)
         if not result.finished
         else None,
@@ -110,6 +113,7 @@ def plan(
             finished=result.finished,
             trainer_job=_trainer_job_plan(result, observed),
             observed=observed,
+            now=now,
         )
     except EngineFlagError as exc:
         invalid = invalid_spec_status(job, str(exc), generation=generation, now=now)
@@ -129,5 +133,5 @@ def plan(
         write_status=write,
         events=result.events,
         delete=delete,
-        requeue_after_seconds=_requeue(job, result, now),
+        requeue_after_seconds=_requeue(job, result, now, observed),
     )

@@ -415,8 +415,9 @@ def _sub_status(
     decision: trainer_restarts.TrainerRestartDecision,
     progress: TrainerProgress | None,
     finished: bool,
+    now: datetime,
 ) -> tuple[EngineStatus, SandboxStatus, TrainerStatus, RolloutStatus]:
-    scale = workload_scale(job, finished=finished, observed=observed)
+    scale = workload_scale(job, finished=finished, observed=observed, now=now)
     engine_pods = observed.pods_of(Component.ENGINE)
     reports = [p.watchdog for p in engine_pods if p.watchdog is not None]
     versions = [
@@ -510,8 +511,10 @@ def _verdicts(
     decision: trainer_restarts.TrainerRestartDecision,
     terminal: tuple[_Verdict, _Verdict] | None,
     progress: TrainerProgress | None,
+    now: datetime,
 ) -> dict[ConditionType, _Verdict]:
     suspended = job.spec.suspend
+    stopping = workload_scale(job, observed=observed, now=now).trainer_stopping
     out: dict[ConditionType, _Verdict] = {}
     if terminal is not None:
         complete, failed = terminal
@@ -529,7 +532,18 @@ def _verdicts(
         )
         out[ConditionType.READY] = _Verdict("False", ending.reason, ending.message)
     elif suspended:
-        off = _Verdict("False", Reason.SUSPENDED, "scaled to zero while the job is suspended")
+        if stopping:
+            off = _Verdict(
+                "False",
+                Reason.SUSPENDING,
+                "the job is suspending: scaled to zero once the trainer has checkpointed",
+            )
+            ready = _Verdict(
+                "False", Reason.SUSPENDING, "the job is suspending: the trainer is checkpointing"
+            )
+        else:
+            off = _Verdict("False", Reason.SUSPENDED, "scaled to zero while the job is suspended")
+            ready = _Verdict("False", Reason.SUSPENDED, "the job is suspended")
         components = dict.fromkeys(
             (
                 ConditionType.ENGINES_READY,
@@ -538,7 +552,7 @@ def _verdicts(
             ),
             off,
         )
-        out[ConditionType.READY] = _Verdict("False", Reason.SUSPENDED, "the job is suspended")
+        out[ConditionType.READY] = ready
         complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is suspended")
     else:
         scale = workload_scale(job, observed=observed)
@@ -553,7 +567,7 @@ def _verdicts(
         complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is running")
     out.update(components)
     out[ConditionType.WEIGHTS_SYNCED] = weights_verdict(observed, progress)
-    out[ConditionType.SUSPENDED] = _suspended_verdict(job, previous, observed)
+    out[ConditionType.SUSPENDED] = _suspended_verdict(job, previous, observed, stopping)
     out[ConditionType.COMPLETE] = complete
     out[ConditionType.FAILED] = failed
     out[ConditionType.DEGRADED] = degraded_verdict(observed)
@@ -563,7 +577,18 @@ def _verdicts(
     return out
 
 
-def _suspended_verdict(job: AgentRLJob, previous: AgentRLJobStatus, observed: Observed) -> _Verdict:
+def _suspended_verdict(
+    job: AgentRLJob, previous: AgentRLJobStatus, observed: Observed, stopping: int
+) -> _Verdict:
+    """``stopping``: trainer pods still within their grace period (``policies.suspend``)."""
+    if job.spec.suspend and stopping:
+        return _Verdict(
+            "False",
+            Reason.SUSPENDING,
+            f"the trainer is writing its checkpoint ({stopping} trainer pods stopping, at most "
+            f"{job.spec.trainer.checkpoint.stop_grace_period_seconds}s); sandbox concurrency is "
+            "0, engines and rollout workers scale to zero once it has",
+        )
     if job.spec.suspend:
         left = sum(
             1
@@ -621,7 +646,7 @@ def _event(previous: Condition | None, new: Condition) -> Event | None:
             return Event(type="Normal", reason=new.reason, message=new.message)
         return None
     if type_ is ConditionType.SUSPENDED:
-        if new.status == "True" or new.reason == Reason.RESUMED:
+        if new.status == "True" or new.reason in (Reason.RESUMED, Reason.SUSPENDING):
             return Event(type="Normal", reason=new.reason, message=new.message)
         return None
     if new.status == "True":
@@ -654,7 +679,7 @@ def compute_status(
         start_time = prev_start or now
     completion = previous.completion_time or (format_time(now) if finished else None)
     progress = _trainer_progress(observed)
-    verdicts = _verdicts(job, previous, observed, decision, terminal, progress)
+    verdicts = _verdicts(job, previous, observed, decision, terminal, progress, now)
     conditions = []
     events: list[Event] = []
     for type_ in CONDITION_ORDER:
@@ -679,7 +704,7 @@ def compute_status(
             e for e in events if not e.message.startswith(f"{ConditionType.TRAINER_READY.value}:")
         ]
     engines, sandbox, trainer, rollout = _sub_status(
-        job, previous, observed, decision, progress, finished
+        job, previous, observed, decision, progress, finished, now
     )
     evaluated = _evaluation_event(previous.rollout, rollout)
     if evaluated is not None:

@@ -118,6 +118,9 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
     return {
         "subdomain": names.trainer(job.metadata.name),
         "restartPolicy": "Never",
+        # SIGTERM (suspend, drain, deletion) → the driver finishes its step and checkpoints
+        # (agentrl.trainer.stopping); SIGKILL only after this.
+        "terminationGracePeriodSeconds": trainer.checkpoint.stop_grace_period_seconds,
         # The driver (rank 0) writes its progress on its own pod (agentrl.dev/progress), which
         # the operator lifts into status.trainer and status.rollout.
         "serviceAccountName": names.trainer(job.metadata.name),
