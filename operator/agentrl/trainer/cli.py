@@ -24,6 +24,13 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
    every weight push records ``current-weights.json`` on the checkpoint volume for the engines'
    watchdogs (:mod:`agentrl.engine.weight_pointer`).
 
+5. SIGTERM (the job is suspended, the node drained, the pod deleted) stops the driver cleanly
+   (:mod:`agentrl.trainer.stopping`): it finishes the step in progress, checkpoints it, reports
+   the checkpoint and exits 143; the other ranks and the other pods' Ray nodes ignore the signal
+   and keep serving the driver until it releases them. The pod's
+   ``terminationGracePeriodSeconds`` (``spec.trainer.checkpoint.stopGracePeriodSeconds``)
+   bounds all of it.
+
 ``--dry-run`` does 1 and builds everything of 3 on this process (backend, engine clients,
 weight sync, checkpoint store, task order) without starting ranks, contacting engines or
 training, then prints what it built as JSON.
@@ -65,6 +72,7 @@ from agentrl.ray_node.node import (
 from agentrl.reconcile.configmap import RuntimeConfig
 from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
 from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH, SPEC_FILE, model_path
+from agentrl.trainer.stopping import STOPPED_EXIT_CODE, StopRequest, ignore_stop, on_stop_signals
 
 log = logging.getLogger("agentrl.trainer")
 
@@ -279,6 +287,14 @@ class Built(BaseModel):
     rollout_workers: list[dict[str, Any]] = Field(default_factory=list)
     """What each rollout worker actor did (:class:`agentrl.rollout.ray_workers.WorkerStats`:
     its process, episodes, peak in flight); empty when the episodes ran in the driver."""
+    stopped: str | None = None
+    """What stopped the driver before ``maxSteps`` (``SIGTERM``); None: it ran to the end."""
+
+    @property
+    def exit_code(self) -> int:
+        """The process's: :data:`~agentrl.trainer.stopping.STOPPED_EXIT_CODE` after a stop
+        (a deleted pod must not count as a completed index of the Job), else 0."""
+        return STOPPED_EXIT_CODE if self.stopped else 0
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -290,11 +306,13 @@ async def drive(
     *,
     dry_run: bool = False,
     rollout_workers: list[Any] | None = None,
+    stop: StopRequest | None = None,
 ) -> Built:
     """Rank 0: the driver loop over the rollout tier (or, ``dry_run``, only build it).
 
     ``rollout_workers``: the rollout worker actors that run the episodes (under Ray); None
-    runs them in this process."""
+    runs them in this process. ``stop``: stops the loop cleanly once requested; SIGTERM
+    requests it where this runs on the main thread (elsewhere the caller forwards it)."""
     from agentrl.engine.client import EngineClient, connection_pool_size
     from agentrl.rollout.admission import StalenessAdmission
     from agentrl.rollout.metrics_export import WorkerMetrics, serve
@@ -378,11 +396,14 @@ async def drive(
         from agentrl.rollout.ray_workers import RemoteEpisodes
 
         episodes = RemoteEpisodes(rollout_workers, spec, on_metrics=exported.update)
+    stop = stop or StopRequest()
     try:
-        await _train(
-            config, backend, clients, weight_sync, checkpoints, state, stream, admission, tracker,
-            episodes=episodes, held_out=held_out,
-        )  # fmt: skip
+        with on_stop_signals(stop):
+            await _train(
+                config, backend, clients, weight_sync, checkpoints, state, stream, admission,
+                tracker, episodes=episodes, held_out=held_out, stop=stop,
+            )  # fmt: skip
+        built.stopped = stop.reason
     finally:
         for client in clients:
             await client.close()
@@ -407,6 +428,7 @@ async def _train(
     *,
     episodes: Any = None,
     held_out: Any = (),
+    stop: StopRequest | None = None,
 ) -> None:
     from agentrl.trainer.evaluation import EVALUATIONS_LOG, PeriodicEvaluation
     from agentrl.trainer.loop import TrainingDriver
@@ -439,8 +461,11 @@ async def _train(
             steps_log=run_dir / "steps.jsonl",
             on_step=lambda record: tracker.on_step(record, driver),
             evaluation=evaluation,
+            stop=stop,
         )
         await driver.run()
+        if driver.stopped:  # the status shows the step a resume continues from
+            tracker.on_stop(driver._last_checkpoint)
         await tracker.flush()
 
 
@@ -489,8 +514,17 @@ async def _rollout_tier(
 
 def _spawn_local_ranks(env: TrainerEnv) -> int:
     """Start one process per GPU of this pod (this command again, with ``LOCAL_RANK`` set);
-    the pod fails as soon as one rank fails."""
-    procs = []
+    the pod fails as soon as one rank fails. SIGTERM goes on to the driver (rank 0) only: the
+    other ranks follow it to its checkpoint."""
+    import signal
+
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        if env.node_rank == 0 and procs:
+            procs[0].send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
     for local in range(env.ranks_per_node):
         child_env = {**os.environ, "LOCAL_RANK": str(local)}
         child_env["RANK"] = str(env.node_rank * env.ranks_per_node + local)
@@ -502,11 +536,15 @@ def _spawn_local_ranks(env: TrainerEnv) -> int:
     return status
 
 
-def run_rank(config: TrainerConfig) -> None:
-    """One rank: open torch.distributed, build the backend, drive (rank 0) or follow."""
+def run_rank(config: TrainerConfig) -> int:
+    """One rank: open torch.distributed, build the backend, drive (rank 0) or follow; returns
+    the exit status (:attr:`Built.exit_code` on rank 0)."""
     import torch
 
     env = config.env
+    if env.rank != 0:  # only the driver stops on SIGTERM; a follower dying would strand it
+        ignore_stop()
+    status = 0
     if torch.cuda.is_available():
         torch.cuda.set_device(env.local_rank or 0)
     torch.distributed.init_process_group(
@@ -519,7 +557,7 @@ def run_rank(config: TrainerConfig) -> None:
         backend = build_backend(config)
         if env.rank == 0:
             try:
-                asyncio.run(drive(config, backend))
+                status = asyncio.run(drive(config, backend)).exit_code
             finally:
                 if hasattr(backend, "stop_followers"):
                     backend.stop_followers()
@@ -527,13 +565,23 @@ def run_rank(config: TrainerConfig) -> None:
             backend.follow()
     finally:
         torch.distributed.destroy_process_group()
+    return status
 
 
 # -- under Ray -------------------------------------------------------------------------------
 
 
 class TrainerDriver:
-    """The driver as a Ray actor in its own bundle: :func:`drive` over rank 0's actor."""
+    """The driver as a Ray actor in its own bundle: :func:`drive` over rank 0's actor. Started
+    with two threads (:func:`agentrl.trainer.placement.start_driver`) so that
+    :meth:`request_stop` reaches it while :meth:`run` runs."""
+
+    def __init__(self) -> None:
+        self.stop = StopRequest()
+
+    def request_stop(self, reason: str) -> None:
+        """Pod 0 got SIGTERM: stop at the next step boundary, checkpointed."""
+        self.stop.request_threadsafe(reason)
 
     def where(self) -> dict[str, Any]:
         """Where the driver runs (:func:`agentrl.rollout.ray_workers.current_placement`)."""
@@ -548,7 +596,9 @@ class TrainerDriver:
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         parsed = TrainerConfig.model_validate(config)
-        built = asyncio.run(drive(parsed, RemoteBackend(rank0), rollout_workers=rollout_workers))
+        built = asyncio.run(
+            drive(parsed, RemoteBackend(rank0), rollout_workers=rollout_workers, stop=self.stop)
+        )
         return built.model_dump(mode="json")
 
 
@@ -570,7 +620,10 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
     driver in ``placed``'s bundles and train to the end.
 
     Fails as soon as any rank or the driver fails (a rank that dies mid-collective would
-    otherwise leave the others waiting)."""
+    otherwise leave the others waiting). SIGTERM to this process (pod 0's main process) is
+    handed to the driver actor, which stops cleanly; the ranks keep following it."""
+    import signal
+
     import ray
 
     from agentrl.trainer import placement
@@ -587,14 +640,26 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
     driver = placement.start_driver(placed, TrainerDriver)
     run = driver.run.remote(payload, ranks[0], workers)
     pending = [run, *follows]
-    while True:
-        done, pending = ray.wait(pending, num_returns=1)
-        if done[0] == run:
-            built = Built.model_validate(ray.get(run))
-            break
-        ray.get(done[0])  # raises the rank's error
-        rank = 1 + follows.index(done[0])
-        raise RuntimeError(f"trainer rank {rank} stopped following before the driver finished")
+    signals: list[str] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signals.append("SIGTERM"))
+    forwarded = False
+    try:
+        while True:
+            # a timeout: a signal handler only runs when the main thread is back in Python
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            if signals and not forwarded:
+                driver.request_stop.remote(signals[0])
+                forwarded = True
+            if not done:
+                continue
+            if done[0] == run:
+                built = Built.model_validate(ray.get(run))
+                break
+            ray.get(done[0])  # raises the rank's error
+            rank = 1 + follows.index(done[0])
+            raise RuntimeError(f"trainer rank {rank} stopped following before the driver finished")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     ray.get(ranks[0].stop_followers.remote())
     ray.get(follows)
     ray.get([r.close.remote() for r in ranks])
@@ -613,6 +678,7 @@ def join_ray(
     status is the job's) — or this node's Ray fails while the head is still there."""
     from agentrl.trainer.placement import trainer_node_resources
 
+    ignore_stop()  # the driver's ranks on this node serve it until it checkpoints
     return join_head(
         config.env.master_addr,
         trainer_node_resources(config.job.spec).node_offer(),
@@ -655,8 +721,8 @@ def run_with_ray(
             built = run_placed(config, placed)
         finally:
             placed.remove()
-        log.info("the driver of %s finished", built.job)
-        return 0
+        log.info("the driver of %s finished (stopped: %s)", built.job, built.stopped)
+        return built.exit_code
     finally:
         ray.shutdown()
         stop_ray_node(head)
@@ -708,4 +774,4 @@ def trainer(
         sys.exit(run_with_ray(config, timeout_s=placement_timeout))
     if env.local_rank is None and env.ranks_per_node > 1:
         sys.exit(_spawn_local_ranks(env))
-    run_rank(config)
+    sys.exit(run_rank(config))

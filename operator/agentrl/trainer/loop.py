@@ -14,6 +14,12 @@ The whole loop, in order::
 Rollouts never stop for training: episodes keep running against the engines while the backend
 steps, which is where asynchronous GRPO gets its speed.
 
+A stop request (:class:`~agentrl.trainer.stopping.StopRequest`: SIGTERM when the job is
+suspended or the pod is deleted) ends the loop at the next step boundary: a step whose update has
+started is finished, the wait for trajectories between steps is abandoned, and the last finished
+step is checkpointed with every task still in flight as pending (restarted on resume, never
+scored). The held-out evaluation is cancelled rather than awaited.
+
 Staleness is a hard bound, kept in two places (never by discarding finished work):
 
 * admission (:class:`~agentrl.rollout.admission.StalenessAdmission`) paces new episodes so that
@@ -32,6 +38,7 @@ Callers: ``agentrl run`` (:mod:`agentrl.local`) and the trainer pod's entry poin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +57,7 @@ from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import StepSelection, select_step
 from agentrl.trainer.buffer import Group, GroupBuffer
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.stopping import StopRequest
 from agentrl.trainer.torch_backend import StepStats
 from agentrl.trainer.weight_sync import WeightSync
 
@@ -238,7 +246,10 @@ class TrainingDriver:
         on_trajectory: Callable[[Trajectory], None] | None = None,
         max_steps: int | None = None,
         evaluation: Evaluator | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
+        """``stop``: ends the loop cleanly at the next step boundary once requested (see the
+        module docstring); None runs to ``max_steps``."""
         self.spec = spec
         self.backend = backend
         self.source = source
@@ -252,6 +263,7 @@ class TrainingDriver:
         self.on_trajectory = on_trajectory
         self.max_steps = max_steps or spec.trainer.max_steps
         self.evaluation = evaluation
+        self.stop = stop
         self.buffer = GroupBuffer(spec.rollout.group_size)
         self.records: list[StepRecord] = []
         self._since: dict[str, int] = {}
@@ -259,8 +271,14 @@ class TrainingDriver:
         self._zero_variance = 0
         self._last_checkpoint = state.step
 
+    @property
+    def stopped(self) -> bool:
+        """A stop was requested (the loop ended, or ends, before ``max_steps``)."""
+        return self.stop is not None and self.stop.requested
+
     async def run(self) -> DriverState:
-        """Train until ``max_steps``; on cancellation, checkpoint the last finished step."""
+        """Train until ``max_steps`` or a stop request; on either and on cancellation,
+        checkpoint the last finished step."""
         started = time.monotonic() - self.state.elapsed_seconds
         self._started = started
         ready_since = time.monotonic()
@@ -270,9 +288,11 @@ class TrainingDriver:
         try:
             while self.state.step < self.max_steps:
                 try:
-                    trajectory = await iterator.__anext__()
+                    trajectory = await self._next_or_stop(iterator)
                 except StopAsyncIteration:
                     log.warning("the rollout tier ran out of tasks at step %d", self.state.step)
+                    break
+                if trajectory is None:  # stop requested between steps
                     break
                 self._receive(trajectory)
                 ready, must_take = self._ready_oldest_first()
@@ -290,6 +310,8 @@ class TrainingDriver:
                 waited = time.monotonic() - ready_since
                 await self._train(selection, waited)
                 ready_since = time.monotonic()
+                if self.stopped:  # requested during the step: it is finished, go no further
+                    break
                 if self.evaluation is not None:
                     self.evaluation.maybe_start(self.state.step)
         except asyncio.CancelledError:
@@ -300,9 +322,42 @@ class TrainingDriver:
         finally:
             self.state.elapsed_seconds = time.monotonic() - started
         self._checkpoint_if_new()
-        if self.evaluation is not None:  # training is over: nothing waits behind it
+        if self.stopped:
+            log.warning(
+                "stopped (%s) after step %d; checkpoint at step %d, %d tasks pending",
+                self.stop.reason if self.stop is not None else None,
+                self.state.step,
+                self._last_checkpoint,
+                len(self.state.pending_positions),
+            )
+            if self.evaluation is not None:  # the grace period is for the checkpoint
+                await self.evaluation.cancel()
+        elif self.evaluation is not None:  # training is over: nothing waits behind it
             await self.evaluation.finish(self.state.step)
         return self.state
+
+    async def _next_or_stop(self, iterator: object) -> Trajectory | None:
+        """The next finished trajectory, or None once a stop is requested (the wait for it is
+        abandoned). Raises StopAsyncIteration when the rollout tier runs out of tasks."""
+        if self.stop is None:
+            return await iterator.__anext__()  # type: ignore[attr-defined,no-any-return]
+        if self.stop.requested:
+            return None
+        following = asyncio.ensure_future(iterator.__anext__())  # type: ignore[attr-defined]
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled: leave nothing running
+            following.cancel()
+            raise
+        finally:
+            stopping.cancel()
+        if following.done():
+            return following.result()  # type: ignore[no-any-return]
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+            await following
+        return None
 
     # -- the staleness gate ------------------------------------------------------------------
 

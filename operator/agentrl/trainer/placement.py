@@ -411,12 +411,19 @@ def place(plan: PlacementPlan, *, timeout_s: float, rollout: bool = True) -> Pla
     return Placement(plan=plan, trainer=trainer, rank_bundles=ranks, rollout=group)
 
 
-def _start(cls: type, bundle: Bundle, strategy: Any, args: Sequence[Any]) -> Any:
+def _start(
+    cls: type, bundle: Bundle, strategy: Any, args: Sequence[Any], *, max_concurrency: int = 1
+) -> Any:
     import ray
 
     return (
         ray.remote(cls)
-        .options(num_cpus=bundle.cpu, num_gpus=bundle.gpu, scheduling_strategy=strategy)
+        .options(
+            num_cpus=bundle.cpu,
+            num_gpus=bundle.gpu,
+            scheduling_strategy=strategy,
+            max_concurrency=max_concurrency,
+        )
         .remote(*args)
     )
 
@@ -439,10 +446,15 @@ def start_trainer_ranks(placement: Placement, cls: type, *args: Any) -> list[Any
 
 
 def start_driver(placement: Placement, cls: type, *args: Any) -> Any:
-    """The driver, a ``cls(*args)`` actor, in its own bundle of the trainer group."""
+    """The driver, a ``cls(*args)`` actor, in its own bundle of the trainer group; two calls
+    may run at once (its ``run`` and a ``request_stop`` that pod 0's SIGTERM sends it)."""
     index = placement.plan.driver_bundle
     handle = _start(
-        cls, placement.plan.trainer.bundles[index], in_bundle(placement.trainer, index), args
+        cls,
+        placement.plan.trainer.bundles[index],
+        in_bundle(placement.trainer, index),
+        args,
+        max_concurrency=2,
     )
     placement.actors.append(handle)
     return handle

@@ -139,6 +139,13 @@ class ProgressTracker:
             self._last = TrainerProgress(step=self.state.step, last_checkpoint_step=self.state.step)
         self._send()
 
+    def on_stop(self, checkpoint_step: int) -> None:
+        """The driver stopped early (SIGTERM) after checkpointing ``checkpoint_step``: report
+        it, so the status shows the step a resume continues from."""
+        last = self._last or TrainerProgress(step=self.state.step)
+        self._last = last.model_copy(update={"last_checkpoint_step": checkpoint_step})
+        self._send()
+
     def _send(self) -> None:
         import asyncio
 

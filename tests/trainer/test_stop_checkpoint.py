@@ -1,0 +1,250 @@
+"""A termination signal stops the trainer cleanly: the step in progress is finished, the last
+finished step is checkpointed with its data position, in-flight tasks are pending (never scored,
+never trained on), and a resumed run continues at the next step without repeating or skipping
+data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentrl.api.job import AgentRLJobSpec
+from agentrl.rollout.admission import StalenessAdmission
+from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.tasks.toy import generate_toy_tasks
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.trainer.batching import TrainSample
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.loop import TaskOrder, TaskStream, TrainingDriver
+from agentrl.trainer.loss import LossStats
+from agentrl.trainer.stopping import STOPPED_EXIT_CODE, StopRequest, on_stop_signals
+from agentrl.trainer.torch_backend import StepStats
+from agentrl.trainer.weight_sync import SyncReport
+from tests.trainer.factories import make_trajectory
+
+TASKS = generate_toy_tasks(0)[:10]
+SEED = 5
+GROUP = 2
+PER_STEP = 2  # one group per step
+
+
+class _Backend:
+    """Records the task positions each step trained on; ``signal_at``: the step during whose
+    update it sends this process SIGTERM (a real signal, through the real handler)."""
+
+    def __init__(self, stream: TaskStream, *, signal_at: int | None = None) -> None:
+        self.stream = stream
+        self.signal_at = signal_at
+        self.steps: list[list[int]] = []
+
+    def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
+        if self.signal_at == len(self.steps) + 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.steps.append(sorted({self.stream.position_of(s.trajectory.group_id) for s in samples}))
+        zero = LossStats(
+            clip_fraction=0.0,
+            mismatch_abs_mean=0.0,
+            ess=1.0,
+            correction_fraction=0.0,
+            kl=0.0,
+            tokens=0,
+        )
+        return StepStats(
+            loss=0.0, grad_norm=0.0, loss_stats=zero, recompute_seconds=0.0, update_seconds=0.0
+        )
+
+    def save_state(self, directory: Path) -> None:
+        (directory / "model").mkdir(parents=True, exist_ok=True)
+
+    def load_state(self, directory: Path) -> None:
+        return None
+
+
+class _Sync:
+    def __init__(self, version: int) -> None:
+        self.current_version = version
+
+    async def push(self, version: int) -> SyncReport:
+        self.current_version = version
+        return SyncReport(version=version, seconds=0.0)
+
+    async def reconcile(self) -> list[str]:
+        return []
+
+
+class _Runner:
+    """Episodes that finish at once with rewards 1, 0 in each group (every group carries
+    signal), except those of tasks ``hang``: they never finish (an episode in flight)."""
+
+    def __init__(self, hang: int | None = None) -> None:
+        self.started: list[str] = []
+        self.hang = hang
+
+    async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
+        n = len(self.started)
+        self.started.append(group_id)
+        if self.hang is not None and n >= self.hang:
+            await asyncio.Event().wait()
+        await asyncio.sleep(0.001)
+        return make_trajectory(group_id, float(n % 2 == 0), version=policy_version, n=n)
+
+
+def _spec(max_steps: int) -> AgentRLJobSpec:
+    return AgentRLJobSpec.model_validate(
+        {
+            "model": {"source": {"path": "tiny"}},
+            "dataset": {"format": "toy"},
+            "rollout": {"groupSize": GROUP},
+            "sandbox": {"provider": "local"},
+            "trainer": {
+                "backend": "torch",
+                "gpusPerNode": 0,
+                "trajectoriesPerStep": PER_STEP,
+                "maxSteps": max_steps,
+                "async": {"maxStaleness": 1},
+                "checkpoint": {"intervalSteps": 100},  # only the stop writes one
+            },
+        }
+    )
+
+
+async def _run(
+    root: Path,
+    *,
+    max_steps: int,
+    state: DriverState,
+    signal_at: int | None = None,
+    hang: int | None = None,
+    stop: StopRequest | None = None,
+    concurrency: int = 4,
+) -> tuple[TrainingDriver, _Backend, TaskStream]:
+    spec = _spec(max_steps)
+    admission = StalenessAdmission(
+        trajectories_per_step=PER_STEP, max_staleness=1, group_size=GROUP, policy_version=state.step
+    )
+    admission.admitted = state.step * PER_STEP
+    stream = TaskStream(
+        TaskOrder(TASKS, SEED), cursor=state.task_cursor, pending=state.pending_positions
+    )
+    scheduler = RolloutScheduler(
+        runner=_Runner(hang),  # type: ignore[arg-type]
+        tasks=stream,
+        concurrency=concurrency,
+        group_size=GROUP,
+        admission=admission,
+    )
+    backend = _Backend(stream, signal_at=signal_at)
+    stop = stop or StopRequest()
+    driver = TrainingDriver(
+        spec=spec,
+        backend=backend,
+        source=scheduler,
+        admission=admission,
+        weight_sync=_Sync(state.step),
+        checkpoints=CheckpointStore(root),
+        stream=stream,
+        state=state,
+        stop=stop,
+    )
+    try:
+        with on_stop_signals(stop) as installed:
+            assert installed  # pytest runs the test's event loop on the main thread
+            await asyncio.wait_for(driver.run(), timeout=10)
+    finally:
+        await scheduler.cancel()
+    return driver, backend, stream
+
+
+async def test_sigterm_during_a_step_finishes_it_and_checkpoints_its_data_position(
+    tmp_path: Path,
+) -> None:
+    driver, backend, stream = await _run(tmp_path, max_steps=8, state=DriverState(), signal_at=3)
+    assert driver.stopped and driver.stop is not None and driver.stop.reason == "SIGTERM"
+    # step 3 was under way when the signal came: it was finished, and nothing after it ran
+    assert len(backend.steps) == 3
+    store = CheckpointStore(tmp_path)
+    assert store.steps() == [3]
+    saved = DriverState.model_validate_json(
+        (tmp_path / "step-00000003" / "driver.json").read_text()
+    )
+    trained = {p for step in backend.steps for p in step}
+    # Expected independently of the stream's bookkeeping: the cursor is every task handed out
+    # (the scheduler started one group per task), and pending is each of them not trained on.
+    handed_out = len(stream.positions)
+    assert saved.task_cursor == handed_out
+    assert saved.pending_positions == sorted(set(range(handed_out)) - trained)
+    assert saved.counters.trained_trajectories == 3 * PER_STEP
+    assert saved.counters.infra_errors_in_training == 0
+
+
+async def test_a_resumed_run_continues_at_the_next_step_without_repeating_or_skipping_data(
+    tmp_path: Path,
+) -> None:
+    _, first, first_stream = await _run(tmp_path, max_steps=8, state=DriverState(), signal_at=3)
+    store = CheckpointStore(tmp_path)
+    state = store.load(_Backend(first_stream))
+    assert state is not None and state.step == 3 and state.restarts == 1
+    pending, cursor = list(state.pending_positions), state.task_cursor
+    driver, second, second_stream = await _run(tmp_path, max_steps=6, state=state)
+    assert [r.step for r in driver.records] == [4, 5, 6]
+    assert len(second.steps) == 3
+    before = [p for step in first.steps for p in step]
+    after = [p for step in second.steps for p in step]
+    assert not set(before) & set(after)  # no step's data is trained twice
+    # the resumed run hands out the pending tasks first, then continues the order at the cursor
+    expected = pending + list(range(cursor, cursor + len(second_stream.positions) - len(pending)))
+    assert second_stream.positions == expected
+    # nothing skipped: every position handed out by either run is trained on or still pending
+    final = CheckpointStore(tmp_path).steps()[-1]
+    assert final == 6
+    last = DriverState.model_validate_json(
+        (tmp_path / f"step-{final:08d}" / "driver.json").read_text()
+    )
+    assert sorted(before + after + last.pending_positions) == list(range(last.task_cursor))
+
+
+async def test_a_stop_between_steps_abandons_the_wait_and_keeps_in_flight_tasks_pending(
+    tmp_path: Path,
+) -> None:
+    stop = StopRequest()
+
+    async def request_later() -> None:
+        await asyncio.sleep(0.2)  # step 1 is done; the next group's episodes never finish
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    requester = asyncio.create_task(request_later())
+    # episodes 0 and 1 (the first group) finish, every later one hangs
+    _, backend, stream = await _run(tmp_path, max_steps=8, state=DriverState(), hang=2, stop=stop)
+    await requester
+    assert stop.requested and len(backend.steps) == 1
+    saved = CheckpointStore(tmp_path).load(_Backend(stream))
+    assert saved is not None and saved.step == 1
+    assert saved.pending_positions == list(range(1, len(stream.positions)))
+    assert saved.pending_positions  # the hanging groups were in flight: restarted on resume
+    assert saved.counters.trained_trajectories == PER_STEP
+
+
+async def test_a_stop_requested_from_another_thread_before_the_loop_binds_still_takes_effect():
+    # under Ray, pod 0's SIGTERM reaches the driver actor's request_stop from another thread,
+    # possibly while the driver is still starting
+    stop = StopRequest()
+    stop.request_threadsafe("SIGTERM")
+    assert not stop.requested
+    stop.bind(asyncio.get_running_loop())
+    await asyncio.wait_for(stop.wait(), timeout=1)
+    assert stop.reason == "SIGTERM"
+
+
+def test_a_stopped_trainer_exits_143_so_a_deleted_pod_is_never_a_completed_index() -> None:
+    from agentrl.trainer.cli import Built
+
+    built = Built(
+        job="j", backend="torch", weight_sync="DiskWeightSync", engines=[], world_size=1,
+        rank=0, checkpoint_dir="/c", resume_step=0, train_tasks=1,
+    )  # fmt: skip
+    assert built.exit_code == 0
+    assert built.model_copy(update={"stopped": "SIGTERM"}).exit_code == 143 == STOPPED_EXIT_CODE
