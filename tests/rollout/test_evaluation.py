@@ -83,6 +83,7 @@ def test_pass_at_1_is_the_mean_over_tasks_of_successes_per_non_infra_attempt() -
     # (1 + 1/3 + 0) / 3 tasks = 4/9
     assert abs(result.pass_at_1 - 4 / 9) < 1e-12
     assert (result.tasks, result.episodes, result.passed, result.infra_errors) == (3, 5, 2, 3)
+    assert result.infra_reasons == {"unknown": 3}  # the factory's infra errors give no reason
 
 
 def test_no_counted_attempt_gives_no_figure() -> None:

@@ -206,6 +206,7 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     import re
     import subprocess
     import sys
+    import threading
     import urllib.request
 
     from agentrl.engine import tiny
@@ -231,6 +232,8 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
             assert line, "the tiny engine exited before serving"
             found = re.search(r"serving on (http://\S+)", line)
             url = found.group(1) if found else None
+        # keep reading its log: a full pipe would block the engine's event loop (a hang)
+        threading.Thread(target=engine.stderr.read, daemon=True).start()
         job = _quickstart(
             {
                 "model": {"source": {"path": str(policy)}},
@@ -271,3 +274,12 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     assert str(served["weight_version"]) == "2"
     assert (tmp_path / "ckpt" / "v2").is_dir()
     assert (tmp_path / "ckpt" / "trainer" / "step-00000002").is_dir()
+    # the held-out evaluation at the start ran through the same rollout worker, beside the
+    # steps: the quickstart's 27 held-out tasks × 4 attempts, none lost to the infrastructure
+    [evaluation] = [
+        json.loads(line)
+        for line in (tmp_path / "ckpt" / "trainer" / "evaluations.jsonl").read_text().split()
+    ]
+    assert evaluation["step"] == 0
+    assert (evaluation["episodes"], evaluation["infra_errors"]) == (108, 0)
+    assert worker["episodes"] >= 16 + 108

@@ -42,6 +42,8 @@ class Evaluation(BaseModel):
     """Tasks with at least one counted attempt."""
     episode_seconds: float = 0.0
     """Wall seconds of all its episodes, summed (its share of the rollout tier's time)."""
+    infra_reasons: dict[str, int] = Field(default_factory=dict)
+    """Why attempts ended in an infra error (the reason's first 120 characters → attempts)."""
     weight_versions: list[str] = Field(default_factory=list)
     """The weight versions the engines served its episodes, in order of first use (an
     evaluation beside training may span several)."""
@@ -88,11 +90,14 @@ def score(trajectories: Iterable[Trajectory]) -> Evaluation:
     infra = 0
     seconds = 0.0
     versions: dict[str, None] = {}
+    reasons: dict[str, int] = {}
     for t in trajectories:
         seconds += t.timings.total_seconds
         versions.update(dict.fromkeys(t.weight_versions))
         if t.terminal_class == TerminalClass.INFRA_ERROR:
             infra += 1
+            reason = (t.infra_reason or "unknown")[:120]
+            reasons[reason] = reasons.get(reason, 0) + 1
             continue
         counts = per_task[t.task_id]
         counts[1] += 1
@@ -105,6 +110,7 @@ def score(trajectories: Iterable[Trajectory]) -> Evaluation:
         infra_errors=infra,
         tasks=len(rates),
         episode_seconds=seconds,
+        infra_reasons=reasons,
         weight_versions=sorted(versions, key=lambda v: (len(v), v)),
     )
 
