@@ -7,7 +7,10 @@ The report's job with a CPU trainer and tiny engines (so the engines are not hel
 trainer's placement, ``policies.placement``); its pods stay Pending (the session cluster has no
 ``models`` volume), so nothing trains here: what is checked is the order the operator imposes
 on the real Job controller and pod lifecycle. That the trainer's step and data position survive
-the stop is ``tests/trainer/test_stop_checkpoint.py``."""
+the stop is ``tests/trainer/test_stop_checkpoint.py`` and ``test_trainer_sigterm.py``.
+
+On the real node (``realnode``): the operator's trainer Job with a container that exits 143
+after SIGTERM, as the trainer does, shows the Job semantics that exit code relies on."""
 
 from __future__ import annotations
 
@@ -103,3 +106,86 @@ async def test_suspend_waits_for_the_trainer_pods_before_scaling_the_engines_to_
     events = kubectl.json("get", "events", "--field-selector", f"involvedObject.name={NAME}")
     reasons = [e["reason"] for e in events["items"]]
     assert "Suspending" in reasons and "JobSuspended" in reasons
+
+
+def _probe_trainer_job(name: str) -> dict[str, Any]:
+    """The operator's trainer Job for the manifest above (its podFailurePolicy, backoffLimit 0
+    and grace period), its container swapped for busybox that, like the trainer, exits 143 a
+    moment after SIGTERM, on the real node."""
+    from agentrl.api.validation import load_job
+    from agentrl.devcluster.node import artifacts
+    from agentrl.reconcile import trainer
+    from agentrl.reconcile.context import BuildContext
+
+    job = load_job(yaml.safe_dump(_manifest()))
+    built = trainer.trainer_job(job, BuildContext.for_job(job))
+    built["metadata"] = {"name": name}  # no ownerReference: no AgentRLJob owns it here
+    pod = built["spec"]["template"]["spec"]
+    for key in ("serviceAccountName", "volumes", "affinity", "subdomain"):
+        pod.pop(key, None)
+    pod["nodeSelector"] = {"agentrl.dev/real-node": "true"}
+    pod["tolerations"] = [{"key": "agentrl.dev/real-node", "operator": "Exists"}]
+    pod["containers"] = [
+        {
+            "name": "trainer",
+            "image": artifacts.BUSYBOX.name,
+            "imagePullPolicy": "Never",
+            "command": [
+                "/bin/sh",
+                "-c",
+                "trap 'sleep 1; exit 143' TERM; while :; do sleep 1; done",
+            ],
+        }
+    ]
+    return built
+
+
+def _job_status(kubectl: Kubectl, name: str) -> dict[str, Any]:
+    return dict(kubectl.json("get", "job", name)["status"])
+
+
+def _running_pod(kubectl: Kubectl, name: str) -> bool:
+    pods = kubectl.json("get", "pods", "-l", f"job-name={name}")["items"]
+    return any(p["status"].get("phase") == "Running" for p in pods)
+
+
+@pytest.mark.realnode
+def test_a_trainer_pod_stopped_by_suspend_is_no_failure_but_a_deleted_one_fails_the_attempt(
+    kubectl: Kubectl,
+) -> None:
+    # The premise of exit code 143 (agentrl.trainer.stopping), on a real kubelet: the pods of a
+    # suspended Job that exit 143 after SIGTERM do not count against backoffLimit 0, while a
+    # deleted pod's 143 fails the attempt (never a completed index), which the operator then
+    # restarts from the checkpoint.
+    name = "probe-trainer"
+    assert _probe_trainer_job(name)["spec"]["backoffLimit"] == 0
+    kubectl.apply(_probe_trainer_job(name))
+    wait_for(lambda: _running_pod(kubectl, name), timeout=90, what="the probe pod running")
+    kubectl.run("patch", "job", name, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(
+        lambda: not kubectl.json("get", "pods", "-l", f"job-name={name}")["items"],
+        timeout=60,
+        what="the suspended Job's pod gone",
+    )
+    status = _job_status(kubectl, name)
+    assert not status.get("failed") and not status.get("succeeded"), status
+    types = {c["type"]: c["status"] for c in status.get("conditions", [])}
+    assert types.get("Suspended") == "True" and "Failed" not in types, status
+
+    kubectl.run("patch", "job", name, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_for(lambda: _running_pod(kubectl, name), timeout=90, what="the resumed pod running")
+    kubectl.run("delete", "pods", "-l", f"job-name={name}", "--wait=false")
+    failed = wait_for(
+        lambda: next(
+            (
+                c
+                for c in _job_status(kubectl, name).get("conditions", [])
+                if c["type"] == "Failed" and c["status"] == "True"
+            ),
+            None,
+        ),
+        timeout=60,
+        what="the Job failed",
+    )
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert not _job_status(kubectl, name).get("succeeded")
