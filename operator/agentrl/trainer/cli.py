@@ -465,7 +465,7 @@ async def _train(
         )
         await driver.run()
         if driver.stopped:  # the status shows the step a resume continues from
-            tracker.on_stop(driver._last_checkpoint)
+            tracker.on_stop(driver.last_checkpoint_step)
         await tracker.flush()
 
 

@@ -272,6 +272,11 @@ class TrainingDriver:
         self._last_checkpoint = state.step
 
     @property
+    def last_checkpoint_step(self) -> int:
+        """The step of the newest checkpoint this driver wrote or resumed from."""
+        return self._last_checkpoint
+
+    @property
     def stopped(self) -> bool:
         """A stop was requested (the loop ended, or ends, before ``max_steps``)."""
         return self.stop is not None and self.stop.requested
