@@ -1,9 +1,11 @@
 """The trainer pod's entry point under SIGTERM, as Kubernetes sends it (suspend, drain, pod
 deletion): ``agentrl trainer --no-ray`` against a real tiny engine finishes its step, checkpoints
-it, exits 143; started again, it continues at the next step — no step repeated, none lost."""
+it, exits 143; started again, it continues at the next step — no step repeated, none lost.
+Under Ray, pod 0's main process hands the signal to the driver actor, which does the same."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _write_config(directory: Path, policy: Path, url: str, max_steps: int) -> Path:
+def _job_and_runtime(policy: Path, url: str, max_steps: int) -> tuple[Any, Any, dict[str, Any]]:
+    """The quickstart on ``policy`` served at ``url``: no checkpoint but the stop's (or the
+    end's), no held-out evaluation. Returns the job, its runtime config and the manifest."""
     doc = yaml.safe_load(QUICKSTART.read_text())
     doc["spec"]["model"]["source"]["path"] = str(policy)
     trainer = doc["spec"]["trainer"]
@@ -49,6 +54,11 @@ def _write_config(directory: Path, policy: Path, url: str, max_steps: int) -> Pa
     runtime = runtime.model_copy(
         update={"engines": runtime.engines.model_copy(update={"urls": [url]})}
     )
+    return job, runtime, doc
+
+
+def _write_config(directory: Path, policy: Path, url: str, max_steps: int) -> Path:
+    _, runtime, doc = _job_and_runtime(policy, url, max_steps)
     directory.mkdir(parents=True, exist_ok=True)
     spec = directory / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
@@ -83,11 +93,9 @@ def _steps(checkpoints: Path) -> list[int]:
     return [StepRecord.model_validate_json(line).step for line in log.read_text().splitlines()]
 
 
-@pytest.mark.timeout(600)
-def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_after_it(
-    tmp_path: Path,
-) -> None:
-    policy = tmp_path / "policy"
+@contextlib.contextmanager
+def _tiny_engine(policy: Path) -> Iterator[str]:
+    """A real tiny engine serving ``policy``; yields its URL."""
     tiny.save_policy(tiny.new_policy(0, dim=16), policy)
     engine = subprocess.Popen(
         [sys.executable, "-m", "agentrl.cli", "engine", "serve-tiny", "--port", "0",
@@ -95,7 +103,6 @@ def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_aft
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    checkpoints = tmp_path / "ckpt"
     try:
         assert engine.stderr is not None
         url = None
@@ -106,6 +113,19 @@ def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_aft
             url = found.group(1) if found else None
         # keep reading its log: a full pipe would block the engine mid-request
         threading.Thread(target=engine.stderr.read, daemon=True).start()
+        yield url
+    finally:
+        engine.terminate()
+        engine.wait(timeout=60)
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_after_it(
+    tmp_path: Path,
+) -> None:
+    checkpoints = tmp_path / "ckpt"
+    with _tiny_engine(tmp_path / "policy") as url:
+        policy = tmp_path / "policy"
         spec = _write_config(tmp_path / "config", policy, url, max_steps=1000)
         log = tmp_path / "first.log"
         first = _trainer(spec, checkpoints, log)
@@ -136,6 +156,50 @@ def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_aft
         assert second.returncode == 0, err[-3000:]
         assert _steps(checkpoints) == list(range(1, done[-1] + 3))
         assert f"resuming from the checkpoint of step {done[-1]}" in err
-    finally:
-        engine.terminate()
-        engine.wait(timeout=60)
+
+
+@pytest.fixture
+def local_ray() -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    from agentrl.trainer import placement
+
+    ray.init(
+        num_cpus=4,
+        resources={placement.TRAINER_NODE_RESOURCE: 8, placement.ROLLOUT_NODE_RESOURCE: 4},
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.timeout(600)
+def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_and_stops(
+    local_ray: None, tmp_path: Path
+) -> None:
+    # pod 0's main process runs run_placed; the driver is an actor in another process, which
+    # the kubelet's SIGTERM never reaches: run_placed hands it over
+    from agentrl.trainer import placement
+    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, run_placed
+
+    checkpoints = tmp_path / "ckpt"
+    with _tiny_engine(tmp_path / "policy") as url:
+        job, runtime, _ = _job_and_runtime(tmp_path / "policy", url, max_steps=1000)
+        config = TrainerConfig(job=job, runtime=runtime, env=TrainerEnv(checkpoint_dir=checkpoints))
+
+        def signal_after_the_first_step() -> None:
+            deadline = time.monotonic() + 300
+            while not _steps(checkpoints) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=True)
+        try:
+            threading.Thread(target=signal_after_the_first_step, daemon=True).start()
+            built = run_placed(config, placed)
+        finally:
+            placed.remove()
+    assert (built.stopped, built.exit_code) == ("SIGTERM", STOPPED_EXIT_CODE)
+    done = _steps(checkpoints)
+    assert 1 <= done[-1] < 1000
+    assert CheckpointStore(checkpoints / "trainer").steps() == [done[-1]]
