@@ -49,6 +49,8 @@ def job_manifest() -> dict[str, Any]:
     trainer["checkpoint"]["intervalSteps"] = 2
     trainer["trajectoriesPerStep"] = 16
     trainer["maxSteps"] = 100
+    # one held-out evaluation, at the start, small enough to end while the run goes on
+    trainer["evaluation"] = {"tasks": 8, "attemptsPerTask": 1, "intervalSteps": 0}
     return job
 
 
@@ -310,6 +312,22 @@ def _run(
         lambda: condition(kubectl, "WeightsSynced").get("status") == "True",
         timeout=300, interval=2, what="WeightsSynced",
     )  # fmt: skip
+    # the held-out evaluation at the start ran through the rollout tier: pass@1 in status over
+    # the 8 episodes that were not infra errors, and one Evaluated event for it
+    rollout = wait_for(
+        lambda: (r := status(kubectl)["rollout"]).get("passAt1") is not None and r,
+        timeout=900, interval=3, what="pass@1 of the held-out evaluation in status",
+    )  # fmt: skip
+    assert rollout["evalStep"] == 0
+    assert rollout["evalEpisodes"] + (rollout.get("evalInfraErrors") or 0) == 8, rollout
+    assert 0.0 <= rollout["passAt1"] <= 1.0
+    evaluated = wait_for(
+        lambda: [
+            e for e in kubectl.json("get", "events")["items"] if e.get("reason") == "Evaluated"
+        ],
+        timeout=RESYNC_SECONDS + 30, interval=2, what="an Evaluated event",
+    )  # fmt: skip
+    assert len(evaluated) == 1 and evaluated[0].get("count", 1) == 1, evaluated
 
     # -- sandboxes: created and deleted by the rollout tier, never more than the concurrency -----
     assert watch.deletions > 0 and watch.peak <= 4, (watch.deletions, watch.peak)
