@@ -3,7 +3,8 @@ real node, against ``agentrl run`` of the same job on this machine, in one run.
 
 Cluster side: the chart installs the operator as a pod (``examples/helm/local-cluster-values.yaml``)
 in a fresh namespace, a hostPath volume backs the checkpoint claim, and
-``examples/quickstart-cluster.yaml`` is applied with ``trainer.maxSteps`` set to ``--steps``.
+``examples/quickstart-cluster.yaml`` is applied with ``trainer.maxSteps`` set to ``--steps`` and
+``trainer.evaluation.tasks`` to 0 (training only, as the local side's ``--skip-eval``).
 Local side: the same manifest with ``sandbox.provider: local`` (the only field ``agentrl run``
 needs changed) run by ``agentrl run --max-steps --skip-eval``. Figures, each side:
 
@@ -158,6 +159,8 @@ def run_cluster(kubeconfig: str, steps: int, say: Any) -> dict[str, Any]:
     job = yaml.safe_load(EXAMPLE.read_text())
     name = job["metadata"]["name"]
     job["spec"]["trainer"]["maxSteps"] = steps
+    # no held-out evaluation, as `agentrl run --skip-eval` on the local side: training only
+    job["spec"]["trainer"]["evaluation"] = {"tasks": 0}
     release = "bench"
     forward: subprocess.Popen[str] | None = None
     try:
