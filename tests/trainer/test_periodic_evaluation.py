@@ -12,7 +12,7 @@ from pathlib import Path
 from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import TerminalClass
 from agentrl.rollout.admission import StalenessAdmission
-from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.trajectory import Trajectory
@@ -33,8 +33,19 @@ class _Runner:
         self.held_out = held_out
         self.calls: Counter[str] = Counter()
         self.n = 0
+        self.live = 0
+        self.peak = 0
+        """Most episodes running at once, training's and evaluation's together."""
 
     async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        try:
+            return await self._run(task, group_id=group_id, policy_version=policy_version)
+        finally:
+            self.live -= 1
+
+    async def _run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
         self.n += 1
         self.calls[task.id] += 1
         if task.id not in self.held_out:
@@ -75,10 +86,11 @@ async def test_evaluations_run_at_the_start_and_every_interval_and_are_never_tra
     toy = generate_toy_tasks(0)
     held_out = [toy[0].model_copy(update={"id": f"H{i}"}) for i in range(2)]
     runner = _Runner({t.id for t in held_out})
+    episodes = GatedEpisodes(runner)  # as agentrl run and a trainer without rollout workers
     admission = StalenessAdmission(trajectories_per_step=2, max_staleness=1, group_size=2)
     stream = TaskStream(TaskOrder(toy[:8], 0), cursor=0, pending=[])
     scheduler = RolloutScheduler(
-        runner=runner, tasks=stream, concurrency=8, group_size=2, admission=admission
+        runner=episodes, tasks=stream, concurrency=8, group_size=2, admission=admission
     )
     reporter = FakeProgressReporter()
     state = DriverState()
@@ -87,7 +99,7 @@ async def test_evaluations_run_at_the_start_and_every_interval_and_are_never_tra
         spec.trainer.evaluation,
         held_out,
         seed=0,
-        runner=runner,
+        runner=episodes,
         concurrency=lambda: scheduler.concurrency,
         log_path=tmp_path / "evaluations.jsonl",
         on_result=tracker.on_evaluation,
@@ -127,6 +139,8 @@ async def test_evaluations_run_at_the_start_and_every_interval_and_are_never_tra
     for r in evaluation.results:
         assert (r.pass_at_1, r.episodes, r.passed, r.infra_errors, r.tasks) == (0.5, 3, 1, 1, 2)
     assert runner.calls["H0"] == runner.calls["H1"] == 6
+    # training's episodes and the evaluations' shared the job's 8 slots, never more
+    assert 0 < runner.peak <= 8
     assert EVAL_PASS_AT_1._value.get() == 0.5
     lines = [json.loads(x) for x in (tmp_path / "evaluations.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 3, 6]

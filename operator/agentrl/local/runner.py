@@ -45,7 +45,7 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.evaluation import Evaluation
-from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks import load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
@@ -307,8 +307,11 @@ async def run_local(
             cursor=state.task_cursor,
             pending=state.pending_positions,
         )
+        # one gate of live episodes for training and the held-out evaluations: together they
+        # never run more than the concurrency in effect
+        episodes = GatedEpisodes(runner, concurrency)
         scheduler = RolloutScheduler(
-            runner=runner,
+            runner=episodes,
             tasks=stream,
             concurrency=concurrency,
             group_size=spec.rollout.group_size,
@@ -322,7 +325,7 @@ async def run_local(
                 _evaluation_spec(spec.trainer.evaluation, options),
                 held_out,
                 seed=spec.dataset.seed,
-                runner=runner,
+                runner=episodes,
                 concurrency=lambda: scheduler.concurrency,
                 log_path=evals_log,
             )

@@ -116,9 +116,11 @@ def score(trajectories: Iterable[Trajectory]) -> Evaluation:
 
 
 class _SharedSlots:
-    """A :class:`SlottedEpisodes` runner (worker actors) seen as a plain one, so the evaluation's
-    scheduler neither resets the runner's cap nor withdraws training's orders: its episodes wait
-    for the same slots as training's (the job's concurrency is shared, never exceeded)."""
+    """A :class:`SlottedEpisodes` runner (worker actors, or the
+    :class:`~agentrl.rollout.scheduler.GatedEpisodes` over a runner in this process) seen as a
+    plain one, so the evaluation's scheduler neither resets the runner's cap nor withdraws
+    training's orders: its episodes wait for the same slots as training's (the job's
+    concurrency is shared, never exceeded)."""
 
     def __init__(self, inner: Episodes) -> None:
         self.inner = inner
@@ -137,7 +139,10 @@ async def run_evaluation(
 ) -> Evaluation:
     """Score ``attempts`` episodes of each task, run by ``runner`` at most ``concurrency`` at
     a time, admitted at any weight version (they are never trained on). ``on_scheduler`` gets
-    the running scheduler (to change its concurrency while it runs)."""
+    the running scheduler (to change its concurrency while it runs). A runner training also
+    uses must be a :class:`SlottedEpisodes` (worker actors, or a
+    :class:`~agentrl.rollout.scheduler.GatedEpisodes`): the evaluation's episodes then take
+    slots of the job's concurrency, never more."""
     if not tasks:
         return Evaluation(pass_at_1=None, episodes=0, passed=0, infra_errors=0)
     if isinstance(runner, SlottedEpisodes):
@@ -148,6 +153,7 @@ async def run_evaluation(
         concurrency=max(1, concurrency),
         group_size=attempts,
         admission=OpenAdmission(),
+        export_metrics=False,  # the concurrency gauges are training's
     )
     if on_scheduler is not None:
         on_scheduler(scheduler)

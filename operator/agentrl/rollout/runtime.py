@@ -33,7 +33,7 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.concurrency_source import ConcurrencySource, follow, split_concurrency
 from agentrl.rollout.episode import EpisodeRunner
-from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks.model import Task
 from agentrl.sandbox.provider import SandboxProvider
 
@@ -167,6 +167,8 @@ async def open_rollout(
     engine_client: Callable[..., EngineClient] = EngineClient,
 ) -> AsyncIterator[RolloutScheduler]:
     """A running scheduler for this worker; engines closed and health loop stopped on exit.
+    Its ``runner`` is the episode runner behind a :class:`~agentrl.rollout.scheduler.
+    GatedEpisodes` (capacity: the effective concurrency), for a held-out evaluation to share.
 
     With ``concurrency_source`` (on a cluster: :func:`~agentrl.rollout.concurrency_source.
     source_for_worker`), the scheduler follows the in-effect concurrency the operator writes,
@@ -183,7 +185,9 @@ async def open_rollout(
         engine_client=engine_client,
     ) as runner:
         scheduler = RolloutScheduler(
-            runner=runner,
+            # one gate of live episodes: a held-out evaluation over ``scheduler.runner`` shares
+            # this worker's concurrency instead of adding to it
+            runner=GatedEpisodes(runner, concurrency),
             tasks=tasks,
             concurrency=concurrency,
             group_size=spec.rollout.group_size,

@@ -19,6 +19,11 @@ finished trajectories to whoever trains on them.
   :attr:`SlottedEpisodes.prefetch` admitted orders beyond it; the scheduler then counts as in
   flight every admitted episode not finished yet, started or waiting for a slot. On
   :meth:`~RolloutScheduler.stop` such a runner drops the orders that never started.
+* A runner in this process that another scheduler shares (a held-out evaluation beside
+  training) goes behind a :class:`GatedEpisodes`: one gate of live episodes, a
+  :class:`SlottedEpisodes` with no prefetch, so both together never exceed the concurrency.
+* The concurrency gauges are the process's; a scheduler built with ``export_metrics=False``
+  (an evaluation's) leaves them to training's.
 
 Callers: ``agentrl run`` (the trainer's local loop), rollout workers on a cluster, the benchmark
 and ``agentrl tasks validate``'s sibling tooling. Typical use::
@@ -35,6 +40,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -73,8 +79,9 @@ class Episodes(Protocol):
 @runtime_checkable
 class SlottedEpisodes(Episodes, Protocol):
     """An :class:`Episodes` that keeps the cap of live episodes itself and starts admitted
-    orders as slots free, without waiting for the scheduler (an optional ability: a runner in
-    this process has none, and the scheduler's own count is the cap)."""
+    orders as slots free, without waiting for the scheduler (an optional ability: a plain
+    runner in this process has none, and the scheduler's own count is the cap; behind a
+    :class:`GatedEpisodes` it has)."""
 
     def set_concurrency(self, concurrency: int) -> None:
         """The effective concurrency: never more episodes running at once than this."""
@@ -91,6 +98,82 @@ class SlottedEpisodes(Episodes, Protocol):
         ...
 
 
+class GatedEpisodes:
+    """A runner in this process (a plain :class:`Episodes`) behind one gate of live episodes:
+    a :class:`SlottedEpisodes` whose cap is the in-effect concurrency, so every scheduler
+    handed it shares that cap — training's, and a held-out evaluation's (which sees it through
+    :class:`~agentrl.rollout.evaluation._SharedSlots`, so it neither resizes nor withdraws it).
+    Without it, training's C episodes and an evaluation's share would run side by side, above
+    ``spec.sandbox.concurrency``.
+
+    It holds the capacity (:meth:`set_concurrency`, the effective concurrency the training
+    scheduler tells it), the number of episodes running, and the ``run`` calls waiting for a
+    slot, served first come first served (a slot that frees goes to the oldest waiter). Its
+    prefetch is 0: a scheduler alone never admits beyond the capacity, so with nobody else
+    sharing the gate no call ever waits and training behaves as over the plain runner. Lowering
+    the capacity stops nothing that runs; :meth:`withdraw` cancels the calls still waiting."""
+
+    def __init__(self, inner: Episodes, capacity: int = 0) -> None:
+        if capacity < 0:
+            raise ValueError("capacity must be ≥ 0")
+        self.inner = inner
+        self.capacity = capacity
+        """Most episodes running at once (the effective concurrency)."""
+        self.live = 0
+        """Episodes running now (holding a slot)."""
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def prefetch(self) -> int:
+        return 0
+
+    @property
+    def waiting(self) -> int:
+        """``run`` calls waiting for a slot."""
+        return sum(1 for f in self._waiting if not f.done())
+
+    def set_concurrency(self, concurrency: int) -> None:
+        if concurrency < 0:
+            raise ValueError("concurrency must be ≥ 0")
+        self.capacity = concurrency
+        self._hand_over()
+
+    def withdraw(self) -> None:
+        while self._waiting:
+            self._waiting.popleft().cancel()
+
+    async def run(self, task: Task, *, group_id: str, policy_version: int) -> Trajectory:
+        if self.live < self.capacity and not self.waiting:
+            self.live += 1
+        else:
+            slot = asyncio.get_running_loop().create_future()
+            self._waiting.append(slot)
+            try:
+                await slot  # the slot is counted in ``live`` when handed over
+            except asyncio.CancelledError:
+                if slot.done() and not slot.cancelled():  # handed over, then cancelled
+                    self._release()
+                elif slot in self._waiting:
+                    self._waiting.remove(slot)
+                raise
+        try:
+            return await self.inner.run(task, group_id=group_id, policy_version=policy_version)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self.live -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give free slots to the oldest waiters."""
+        while self._waiting and self.live < self.capacity:
+            slot = self._waiting.popleft()
+            if not slot.done():
+                slot.set_result(None)
+                self.live += 1
+
+
 class RolloutScheduler:
     """Admits episodes up to the concurrency in effect and collects their trajectories."""
 
@@ -104,7 +187,10 @@ class RolloutScheduler:
         admission: Admission | None = None,
         provider_limit: int | None = None,
         batch_size: int | None = None,
+        export_metrics: bool = True,
     ) -> None:
+        """``export_metrics``: set the process's concurrency gauges (False for a held-out
+        evaluation's scheduler, which must not overwrite training's figures)."""
         if concurrency < 0:
             raise ValueError("concurrency must be ≥ 0")
         self.runner = runner
@@ -113,6 +199,7 @@ class RolloutScheduler:
         """The provider's own limit on live sandboxes (E2B plan), or None."""
         self.batch_size = batch_size
         """Episodes per long-tail batch (``trainer.trajectoriesPerStep``); None disables it."""
+        self.export_metrics = export_metrics
         self._episodes = _episodes(tasks, group_size)
         self._next: tuple[Task, str] | None = None
         self._exhausted = False
@@ -180,8 +267,9 @@ class RolloutScheduler:
         self._wake.set()
 
     def _export(self) -> None:
-        metrics.CONCURRENCY_CONFIGURED.set(self._concurrency)
-        metrics.CONCURRENCY_EFFECTIVE.set(self.effective_concurrency)
+        if self.export_metrics:
+            metrics.CONCURRENCY_CONFIGURED.set(self._concurrency)
+            metrics.CONCURRENCY_EFFECTIVE.set(self.effective_concurrency)
         if self._slotted is not None:
             self._slotted.set_concurrency(self.effective_concurrency)
 
