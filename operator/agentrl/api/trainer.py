@@ -202,7 +202,8 @@ class EvaluationSpec(ManifestModel):
     end in an infra error."""
     concurrency_share: float = Field(default=0.25, gt=0.0, le=1.0)
     """Share of ``sandbox.concurrency`` evaluation episodes may hold at once (at least one);
-    training keeps running its own episodes beside them."""
+    they take their slots from the same in-effect concurrency as training's episodes, which
+    run in the rest (live sandboxes never exceed the concurrency)."""
 
 
 class NetworkSpec(ManifestModel):
