@@ -480,6 +480,56 @@ def _run(
         what=f"the resumed trainer's step {at + 1}",
     )  # fmt: skip
 
+    # -- suspend: the trainer checkpoints the step it is on, then every workload goes; resuming
+    # goes on from that step --------------------------------------------------------------------
+    kubectl.run("patch", "arj", JOB, "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    wait_for(
+        lambda: condition(kubectl, "Suspended").get("status") == "True",
+        timeout=600, interval=2, what="Suspended",
+    )  # fmt: skip
+    reasons = [e.get("reason") for e in kubectl.json("get", "events")["items"]]
+    assert "Suspending" in reasons, reasons  # the trainer was given its grace period first
+
+    def running() -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in kubectl.json("get", "pods", "-l", f"agentrl.dev/job={JOB}")["items"]
+        ]
+
+    wait_for(lambda: not running(), timeout=300, interval=2, what="no pod of the job")
+    wait_for(lambda: not watch.live, timeout=120, interval=1, what="no sandbox")
+    kubectl.run("patch", "arj", JOB, "--type=merge", "-p", '{"spec": {"suspend": false}}')
+    new = wait_for(
+        lambda: (p := _trainer_pod_or_none(kubectl)) is not None
+        and p["status"].get("phase") == "Running"
+        and p,
+        timeout=600, interval=2, what="the trainer after resume",
+    )  # fmt: skip
+    name = new["metadata"]["name"]
+    resumed = wait_for(
+        lambda: re.search(
+            r"resuming from the checkpoint of step (\d+)",
+            kubectl.run("logs", name, check=False).stdout,
+        ),
+        timeout=300, interval=3, what="the trainer to resume after suspend",
+    )  # fmt: skip
+    at = int(resumed.group(1))
+    wait_for(
+        lambda: progress_step(kubectl, name) >= at + 1, timeout=900, interval=3,
+        what=f"step {at + 1} after resume",
+    )  # fmt: skip
+    # every step of the three trainers (first, restarted, resumed) logged once, in order: the
+    # pod deletion and the suspend neither repeated a step nor lost one
+    logged = [
+        json.loads(line)["step"]
+        for line in kubectl.run(
+            "exec", name, "--", "cat", "/checkpoints/trainer/steps.jsonl"
+        ).stdout.splitlines()
+        if line.strip()
+    ]
+    assert logged == list(range(1, len(logged) + 1)), logged
+    assert len(logged) >= at + 1
+
     # -- delete the job: nothing it owns is left -------------------------------------------------
     kubectl.run("delete", "arj", JOB, "--wait=true", timeout=300)
     selector = f"agentrl.dev/job={JOB}"
