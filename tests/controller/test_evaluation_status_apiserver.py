@@ -9,30 +9,16 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
-from agentrl.controller.kube import LightkubeAPI
-from agentrl.controller.reconciler import Reconciler
-from agentrl.controller.settings import OperatorSettings
-from agentrl.controller.workqueue import Key
 from agentrl.devcluster.testing import ClusterHandle, Kubectl
-from agentrl.reconcile.constants import ANNOTATION_PROGRESS, FIELD_MANAGER
+from agentrl.reconcile.constants import ANNOTATION_PROGRESS
+from tests.controller.apiserver import reconcile_once
 from tests.factories import make_pod
 
 pytestmark = [pytest.mark.apiserver]
 
 MANIFEST = yaml.safe_load(Path("examples/quickstart-cluster.yaml").read_text())
 NAME = MANIFEST["metadata"]["name"]
-
-
-async def _reconcile_once(kubeconfig: Path, namespace: str) -> None:
-    """One reconcile by a fresh Reconciler (what an operator restart starts from)."""
-    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager=FIELD_MANAGER)
-    try:
-        await Reconciler(LightkubeAPI(client), OperatorSettings()).reconcile(Key(namespace, NAME))
-    finally:
-        await client.close()
 
 
 def _progress(eval_step: int, pass_at_1: float) -> dict[str, Any]:
@@ -71,7 +57,7 @@ async def test_an_evaluation_reaches_status_the_printer_column_and_one_event(
 ) -> None:
     kubectl.apply(MANIFEST)
     kubectl.apply(_rank0_pod(_progress(0, 0.375)))
-    await _reconcile_once(cluster.kubeconfig, namespace)
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
 
     rollout = kubectl.json("get", "arj", NAME)["status"]["rollout"]
     assert (rollout["passAt1"], rollout["evalStep"]) == (0.375, 0)
@@ -93,12 +79,12 @@ async def test_an_evaluation_reaches_status_the_printer_column_and_one_event(
     )
 
     # an operator restart (a fresh reconciler) sees the evaluation already in status: no repeat
-    await _reconcile_once(cluster.kubeconfig, namespace)
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
     assert len(_evaluated_events(kubectl)) == 1
 
     # the next evaluation: the figure moves and one more event is posted
     kubectl.apply(_rank0_pod(_progress(10, 0.5)))
-    await _reconcile_once(cluster.kubeconfig, namespace)
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
     rollout = kubectl.json("get", "arj", NAME)["status"]["rollout"]
     assert (rollout["passAt1"], rollout["evalStep"]) == (0.5, 10)
     messages = sorted(e["message"] for e in _evaluated_events(kubectl))

@@ -11,17 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
-from agentrl.controller.kube import LightkubeAPI
-from agentrl.controller.reconciler import Reconciler
-from agentrl.controller.settings import OperatorSettings
-from agentrl.controller.workqueue import Key
 from agentrl.devcluster.testing import ClusterHandle, Kubectl
-from agentrl.reconcile.constants import FIELD_MANAGER
 from tests.chart.charting import Helm
 from tests.chart.test_chart_namespaced_install import token_kubeconfig
+from tests.controller.apiserver import apply_and_reconcile, condition
 
 pytestmark = [pytest.mark.apiserver]
 
@@ -36,26 +30,12 @@ def _manifest(engines: int = 24) -> dict[str, Any]:
     return manifest
 
 
-async def _reconcile_once(kubeconfig: Path, namespace: str) -> None:
-    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager=FIELD_MANAGER)
-    try:
-        await Reconciler(LightkubeAPI(client), OperatorSettings()).reconcile(Key(namespace, NAME))
-    finally:
-        await client.close()
-
-
-def _condition(kubectl: Kubectl, type_: str) -> dict[str, str]:
-    status = kubectl.json("get", "arj", NAME)["status"]
-    return next(c for c in status["conditions"] if c["type"] == type_)
-
-
 @pytest.mark.usefixtures("crd_installed")
 async def test_the_report_fits_the_simulated_mi355x_nodes(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    kubectl.apply(_manifest())
-    await _reconcile_once(cluster.kubeconfig, namespace)
-    cond = _condition(kubectl, "GPUsAvailable")
+    await apply_and_reconcile(kubectl, _manifest(), cluster.kubeconfig, namespace)
+    cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("True", "GPUCapacitySufficient")
     # 4 nodes × 8 GPUs; 1 trainer pod × 8 + 24 engines × 1 = 32
     assert cond["message"] == (
@@ -68,9 +48,8 @@ async def test_the_report_fits_the_simulated_mi355x_nodes(
 async def test_a_job_larger_than_the_nodes_gets_the_shortfall_and_its_children(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    kubectl.apply(_manifest(engines=32))
-    await _reconcile_once(cluster.kubeconfig, namespace)
-    cond = _condition(kubectl, "GPUsAvailable")
+    await apply_and_reconcile(kubectl, _manifest(engines=32), cluster.kubeconfig, namespace)
+    cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("False", "GPUCapacityInsufficient")
     # 8 + 32 = 40 GPUs: five 8-GPU nodes; the cluster has four (its CPU nodes do not match)
     assert cond["message"].startswith(
@@ -111,9 +90,8 @@ async def test_without_permission_to_list_nodes_the_preflight_says_so_and_nothin
 ) -> None:
     own = Kubectl(kubectl.binary, namespaced_operator, namespace)
     assert own.run("get", "nodes", check=False).returncode != 0  # the premise: no Nodes
-    kubectl.apply(_manifest())
-    await _reconcile_once(namespaced_operator, namespace)
-    cond = _condition(kubectl, "GPUsAvailable")
+    await apply_and_reconcile(kubectl, _manifest(), namespaced_operator, namespace)
+    cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("Unknown", "NodesUnreadable")
     assert cond["message"].startswith(
         "could not list the cluster's nodes to check GPU capacity (403 Forbidden: "

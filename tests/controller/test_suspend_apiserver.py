@@ -19,15 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
-from agentrl.controller.kube import LightkubeAPI
-from agentrl.controller.reconciler import Reconciler
-from agentrl.controller.settings import OperatorSettings
-from agentrl.controller.workqueue import Key
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
-from agentrl.reconcile.constants import FIELD_MANAGER
+from tests.controller.apiserver import apply_and_reconcile, condition, reconcile_once
 
 pytestmark = [pytest.mark.apiserver]
 
@@ -46,19 +40,6 @@ def _manifest() -> dict[str, Any]:
     return manifest
 
 
-async def _reconcile_once(kubeconfig: Path, namespace: str) -> None:
-    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager=FIELD_MANAGER)
-    try:
-        await Reconciler(LightkubeAPI(client), OperatorSettings()).reconcile(Key(namespace, NAME))
-    finally:
-        await client.close()
-
-
-def _condition(kubectl: Kubectl, type_: str) -> dict[str, str]:
-    status = kubectl.json("get", "arj", NAME)["status"]
-    return next(c for c in status["conditions"] if c["type"] == type_)
-
-
 def _trainer_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
     return list(kubectl.json("get", "pods", "-l", TRAINER_PODS)["items"])
 
@@ -71,18 +52,17 @@ def _replicas(kubectl: Kubectl, kind: str, name: str) -> int:
 async def test_suspend_waits_for_the_trainer_pods_before_scaling_the_engines_to_zero(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    kubectl.apply(_manifest())
-    await _reconcile_once(cluster.kubeconfig, namespace)
+    await apply_and_reconcile(kubectl, _manifest(), cluster.kubeconfig, namespace)
     job = kubectl.json("get", "job", f"{NAME}-trainer")
     assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 30
     wait_for(lambda: _trainer_pods(kubectl), timeout=60, what="the Job's trainer pod")
     assert _replicas(kubectl, "statefulset", f"{NAME}-engine") == 2
 
     kubectl.run("patch", "arj", NAME, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    await _reconcile_once(cluster.kubeconfig, namespace)
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
     # Suspending: the trainer Job is suspended (SIGTERM to its pods), no new episode starts,
     # the engines and the rollout workers are still there for the trainer's last step
-    cond = _condition(kubectl, "Suspended")
+    cond = condition(kubectl, NAME, "Suspended")
     assert (cond["status"], cond["reason"]) == ("False", "Suspending"), cond
     assert "trainer pods stopping, at most 30s" in cond["message"]
     status = kubectl.json("get", "arj", NAME)["status"]
@@ -96,8 +76,8 @@ async def test_suspend_waits_for_the_trainer_pods_before_scaling_the_engines_to_
 
     # the Job controller deletes the trainer pods; once they are gone: Suspended, all at zero
     wait_for(lambda: not _trainer_pods(kubectl), timeout=90, what="the trainer pods gone")
-    await _reconcile_once(cluster.kubeconfig, namespace)
-    cond = _condition(kubectl, "Suspended")
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
+    cond = condition(kubectl, NAME, "Suspended")
     assert (cond["status"], cond["reason"]) == ("True", "JobSuspended"), cond
     assert kubectl.json("get", "arj", NAME)["status"]["readyReason"] == "JobSuspended"
     assert _replicas(kubectl, "statefulset", f"{NAME}-engine") == 0

@@ -21,6 +21,7 @@ from agentrl.trainer import placement
 from agentrl.trainer.cli import TrainerDriver
 from agentrl.trainer.ranks import TrainerRank
 from tests.api.cases import merge
+from tests.trainer.tiny_engine import tiny_engine
 
 ray = pytest.importorskip("ray", reason="the ray extra")
 pytestmark = pytest.mark.slow  # a local Ray and a few actor processes: about a minute
@@ -203,13 +204,8 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     episodes run by the rollout worker, weights pushed from rank 0 to the engine, checkpoints
     written."""
     import json
-    import re
-    import subprocess
-    import sys
-    import threading
     import urllib.request
 
-    from agentrl.engine import tiny
     from agentrl.reconcile import configmap
     from agentrl.reconcile.context import BuildContext
     from agentrl.reconcile.policies.suspend import workload_scale
@@ -217,23 +213,7 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     from agentrl.trainer.loop import StepRecord
 
     policy = tmp_path / "policy"
-    tiny.save_policy(tiny.new_policy(0, dim=16), policy)
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "agentrl.cli", "engine", "serve-tiny", "--port", "0",
-         "--model-path", str(policy), "--context-length", "2048"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert engine.stderr is not None
-        url = None
-        while url is None:
-            line = engine.stderr.readline()
-            assert line, "the tiny engine exited before serving"
-            found = re.search(r"serving on (http://\S+)", line)
-            url = found.group(1) if found else None
-        # keep reading its log: a full pipe would block the engine's event loop (a hang)
-        threading.Thread(target=engine.stderr.read, daemon=True).start()
+    with tiny_engine(policy) as url:
         job = _quickstart(
             {
                 "model": {"source": {"path": str(policy)}},
@@ -258,9 +238,6 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
             placed.remove()
         with urllib.request.urlopen(f"{url}/get_model_info", timeout=30) as response:
             served = json.loads(response.read())
-    finally:
-        engine.terminate()
-        engine.wait(timeout=60)
 
     assert built.weight_sync == "RemoteWeightSync"
     steps = (tmp_path / "ckpt" / "trainer" / "steps.jsonl").read_text().splitlines()

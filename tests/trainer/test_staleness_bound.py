@@ -8,20 +8,14 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import TerminalClass
 from agentrl.rollout.admission import StalenessAdmission
-from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer.batching import TrainSample
-from agentrl.trainer.checkpoint import CheckpointStore, DriverState
-from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
-from agentrl.trainer.loss import LossStats
-from agentrl.trainer.torch_backend import StepStats
-from agentrl.trainer.weight_sync import SyncReport
-from tests.trainer.factories import make_trajectory
+from agentrl.trainer.loop import StepRecord, TaskOrder
+from tests.trainer.factories import FakeBackend, make_trajectory, toy_driver
 
 
 def test_a_released_slot_does_not_start_a_group_that_cannot_be_admitted_whole() -> None:
@@ -43,46 +37,15 @@ def test_the_rest_of_a_started_group_is_admitted_even_past_the_limit() -> None:
     assert admission.try_admit() is None
 
 
-class _Backend:
+class _Backend(FakeBackend):
     """Records, per step, the (group, admission version) of every sample it trained on."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.trained: list[list[tuple[str, int]]] = []
 
-    def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
+    def observe(self, samples: Sequence[TrainSample]) -> None:
         self.trained.append([(s.trajectory.group_id, s.trajectory.policy_version) for s in samples])
-        return StepStats(
-            loss=0.0,
-            grad_norm=0.0,
-            loss_stats=LossStats(
-                clip_fraction=0.0,
-                mismatch_abs_mean=0.0,
-                ess=1.0,
-                correction_fraction=0.0,
-                kl=0.0,
-                tokens=0,
-            ),
-            recompute_seconds=0.0,
-            update_seconds=0.0,
-        )
-
-    def save_state(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def load_state(self, directory: Path) -> None:
-        return None
-
-
-class _Sync:
-    def __init__(self) -> None:
-        self.current_version = 0
-
-    async def push(self, version: int) -> SyncReport:
-        self.current_version = version
-        return SyncReport(version=version, seconds=0.0)
-
-    async def reconcile(self) -> list[str]:
-        return []
 
 
 class _Runner:
@@ -111,42 +74,9 @@ class _Runner:
 async def _train(
     tmp_path: Path, *, steps: int, steps_log: Path | None = None
 ) -> tuple[list[StepRecord], list[list[tuple[str, int]]]]:
-    spec = AgentRLJobSpec.model_validate(
-        {
-            "model": {"source": {"path": "tiny"}},
-            "dataset": {"format": "toy"},
-            "rollout": {"groupSize": 2},
-            "sandbox": {"provider": "local"},
-            "trainer": {
-                "backend": "torch",
-                "gpusPerNode": 0,
-                "trajectoriesPerStep": 2,
-                "maxSteps": steps,
-                "async": {"maxStaleness": 1},
-                "checkpoint": {"intervalSteps": 100},
-            },
-        }
-    )
-    admission = StalenessAdmission(trajectories_per_step=2, max_staleness=1, group_size=2)
-    stream = TaskStream(TaskOrder(generate_toy_tasks(0)[:8], 0), cursor=0, pending=[])
-    scheduler = RolloutScheduler(
-        runner=_Runner(),  # type: ignore[arg-type]
-        tasks=stream,
-        concurrency=8,
-        group_size=2,
-        admission=admission,
-    )
     backend = _Backend()
-    driver = TrainingDriver(
-        spec=spec,
-        backend=backend,
-        source=scheduler,
-        admission=admission,
-        weight_sync=_Sync(),
-        checkpoints=CheckpointStore(tmp_path),
-        stream=stream,
-        state=DriverState(),
-        steps_log=steps_log,
+    driver, scheduler = toy_driver(
+        tmp_path, _Runner(), backend, per_step=2, max_steps=steps, steps_log=steps_log
     )
     try:
         await asyncio.wait_for(driver.run(), timeout=10)

@@ -10,20 +10,13 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from agentrl.api.job import AgentRLJobSpec
-from agentrl.rollout.admission import StalenessAdmission
-from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks.model import Task
-from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import TrainSample
-from agentrl.trainer.checkpoint import CheckpointStore, DriverState
-from agentrl.trainer.loop import StepRecord, StepTimes, TaskOrder, TaskStream, TrainingDriver
-from agentrl.trainer.loss import LossStats
+from agentrl.trainer.loop import StepRecord, StepTimes
 from agentrl.trainer.torch_backend import StepStats
-from agentrl.trainer.weight_sync import SyncReport
-from tests.trainer.factories import make_trajectory
+from tests.trainer.factories import FakeBackend, make_trajectory, step_stats, toy_driver
 
 
 def _value(name: str) -> float:
@@ -32,46 +25,27 @@ def _value(name: str) -> float:
     return value
 
 
-class _Backend:
+class _Backend(FakeBackend):
     """Returns different, exactly representable figures at every step; keeps what it saw."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: list[list[Trajectory]] = []
 
-    def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
+    def observe(self, samples: Sequence[TrainSample]) -> None:
         self.seen.append([s.trajectory for s in samples])
-        k = len(self.seen)
-        return StepStats(
+
+    def stats(self, k: int) -> StepStats:
+        return step_stats(
             loss=0.25 * k,
             grad_norm=1.5 * k,
-            loss_stats=LossStats(
-                clip_fraction=0.125 / k,
-                mismatch_abs_mean=0.0625 * k,
-                ess=1.0 - 0.125 * k,
-                correction_fraction=0.03125 * k,
-                kl=0.0,
-                tokens=0,
-            ),
+            clip_fraction=0.125 / k,
+            mismatch_abs_mean=0.0625 * k,
+            ess=1.0 - 0.125 * k,
+            correction_fraction=0.03125 * k,
             recompute_seconds=0.5,
             update_seconds=2.0,
         )
-
-    def save_state(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def load_state(self, directory: Path) -> None:
-        return None
-
-
-class _Sync:
-    current_version = 0
-
-    async def push(self, version: int) -> SyncReport:
-        self.current_version = version
-        return SyncReport(version=version, seconds=0.0)
-
-    async def reconcile(self) -> list[str]:
-        return []
 
 
 class _Runner:
@@ -93,43 +67,10 @@ class _Runner:
 
 
 async def test_the_trainer_series_hold_the_last_steps_figures(tmp_path: Path) -> None:
-    spec = AgentRLJobSpec.model_validate(
-        {
-            "model": {"source": {"path": "tiny"}},
-            "dataset": {"format": "toy"},
-            "rollout": {"groupSize": 2},
-            "sandbox": {"provider": "local"},
-            "trainer": {
-                "backend": "torch",
-                "gpusPerNode": 0,
-                "trajectoriesPerStep": 4,
-                "maxSteps": 3,
-                "async": {"maxStaleness": 1},
-                "checkpoint": {"intervalSteps": 100},
-            },
-        }
-    )
-    admission = StalenessAdmission(trajectories_per_step=4, max_staleness=1, group_size=2)
-    stream = TaskStream(TaskOrder(generate_toy_tasks(0)[:8], 0), cursor=0, pending=[])
-    scheduler = RolloutScheduler(
-        runner=_Runner(),  # type: ignore[arg-type]
-        tasks=stream,
-        concurrency=8,
-        group_size=2,
-        admission=admission,
-    )
     backend = _Backend()
     records: list[StepRecord] = []
-    driver = TrainingDriver(
-        spec=spec,
-        backend=backend,
-        source=scheduler,
-        admission=admission,
-        weight_sync=_Sync(),
-        checkpoints=CheckpointStore(tmp_path),
-        stream=stream,
-        state=DriverState(),
-        on_step=records.append,
+    driver, scheduler = toy_driver(
+        tmp_path, _Runner(), backend, per_step=4, max_steps=3, on_step=records.append
     )
     trajectories_before = _value("agentrl_trainer_trajectories_total")
     tokens_before = _value("agentrl_trainer_tokens_total")

@@ -11,20 +11,14 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.api.job import AgentRLJobSpec
-from agentrl.rollout.admission import StalenessAdmission
-from agentrl.rollout.scheduler import RolloutScheduler
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer.batching import TrainSample
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import TaskOrder, TaskStream, TrainingDriver
-from agentrl.trainer.loss import LossStats
 from agentrl.trainer.stopping import STOPPED_EXIT_CODE, StopRequest, on_stop_signals
-from agentrl.trainer.torch_backend import StepStats
-from agentrl.trainer.weight_sync import SyncReport
-from tests.trainer.factories import make_trajectory
+from tests.trainer.factories import FakeBackend, make_trajectory, toy_driver
 
 TASKS = generate_toy_tasks(0)[:10]
 SEED = 5
@@ -32,48 +26,20 @@ GROUP = 2
 PER_STEP = 2  # one group per step
 
 
-class _Backend:
+class _Backend(FakeBackend):
     """Records the task positions each step trained on; ``signal_at``: the step during whose
     update it sends this process SIGTERM (a real signal, through the real handler)."""
 
     def __init__(self, stream: TaskStream, *, signal_at: int | None = None) -> None:
+        super().__init__()
         self.stream = stream
         self.signal_at = signal_at
         self.steps: list[list[int]] = []
 
-    def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
+    def observe(self, samples: Sequence[TrainSample]) -> None:
         if self.signal_at == len(self.steps) + 1:
             os.kill(os.getpid(), signal.SIGTERM)
         self.steps.append(sorted({self.stream.position_of(s.trajectory.group_id) for s in samples}))
-        zero = LossStats(
-            clip_fraction=0.0,
-            mismatch_abs_mean=0.0,
-            ess=1.0,
-            correction_fraction=0.0,
-            kl=0.0,
-            tokens=0,
-        )
-        return StepStats(
-            loss=0.0, grad_norm=0.0, loss_stats=zero, recompute_seconds=0.0, update_seconds=0.0
-        )
-
-    def save_state(self, directory: Path) -> None:
-        (directory / "model").mkdir(parents=True, exist_ok=True)
-
-    def load_state(self, directory: Path) -> None:
-        return None
-
-
-class _Sync:
-    def __init__(self, version: int) -> None:
-        self.current_version = version
-
-    async def push(self, version: int) -> SyncReport:
-        self.current_version = version
-        return SyncReport(version=version, seconds=0.0)
-
-    async def reconcile(self) -> list[str]:
-        return []
 
 
 class _Runner:
@@ -93,25 +59,6 @@ class _Runner:
         return make_trajectory(group_id, float(n % 2 == 0), version=policy_version, n=n)
 
 
-def _spec(max_steps: int) -> AgentRLJobSpec:
-    return AgentRLJobSpec.model_validate(
-        {
-            "model": {"source": {"path": "tiny"}},
-            "dataset": {"format": "toy"},
-            "rollout": {"groupSize": GROUP},
-            "sandbox": {"provider": "local"},
-            "trainer": {
-                "backend": "torch",
-                "gpusPerNode": 0,
-                "trajectoriesPerStep": PER_STEP,
-                "maxSteps": max_steps,
-                "async": {"maxStaleness": 1},
-                "checkpoint": {"intervalSteps": 100},  # only the stop writes one
-            },
-        }
-    )
-
-
 async def _run(
     root: Path,
     *,
@@ -122,32 +69,22 @@ async def _run(
     stop: StopRequest | None = None,
     concurrency: int = 4,
 ) -> tuple[TrainingDriver, _Backend, TaskStream]:
-    spec = _spec(max_steps)
-    admission = StalenessAdmission(
-        trajectories_per_step=PER_STEP, max_staleness=1, group_size=GROUP, policy_version=state.step
-    )
-    admission.admitted = state.step * PER_STEP
     stream = TaskStream(
         TaskOrder(TASKS, SEED), cursor=state.task_cursor, pending=state.pending_positions
     )
-    scheduler = RolloutScheduler(
-        runner=_Runner(hang),  # type: ignore[arg-type]
-        tasks=stream,
-        concurrency=concurrency,
-        group_size=GROUP,
-        admission=admission,
-    )
     backend = _Backend(stream, signal_at=signal_at)
     stop = stop or StopRequest()
-    driver = TrainingDriver(
-        spec=spec,
-        backend=backend,
-        source=scheduler,
-        admission=admission,
-        weight_sync=_Sync(state.step),
-        checkpoints=CheckpointStore(root),
+    # a checkpoint only every 100 steps: only the stop writes one
+    driver, scheduler = toy_driver(
+        root,
+        _Runner(hang),
+        backend,
+        per_step=PER_STEP,
+        max_steps=max_steps,
+        group_size=GROUP,
         stream=stream,
         state=state,
+        concurrency=concurrency,
         stop=stop,
     )
     try:

@@ -5,9 +5,7 @@ Under Ray, pod 0's main process hands the signal to the driver actor, which does
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,7 +20,6 @@ import pytest
 import yaml
 
 from agentrl.api.validation import load_job
-from agentrl.engine import tiny
 from agentrl.reconcile import configmap
 from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY
 from agentrl.reconcile.context import BuildContext
@@ -30,6 +27,7 @@ from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import StepRecord
 from agentrl.trainer.stopping import STOPPED_EXIT_CODE
+from tests.trainer.tiny_engine import tiny_engine
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
 
@@ -93,38 +91,12 @@ def _steps(checkpoints: Path) -> list[int]:
     return [StepRecord.model_validate_json(line).step for line in log.read_text().splitlines()]
 
 
-@contextlib.contextmanager
-def _tiny_engine(policy: Path) -> Iterator[str]:
-    """A real tiny engine serving ``policy``; yields its URL."""
-    tiny.save_policy(tiny.new_policy(0, dim=16), policy)
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "agentrl.cli", "engine", "serve-tiny", "--port", "0",
-         "--model-path", str(policy), "--context-length", "2048"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert engine.stderr is not None
-        url = None
-        while url is None:
-            line = engine.stderr.readline()
-            assert line, "the tiny engine exited before serving"
-            found = re.search(r"serving on (http://\S+)", line)
-            url = found.group(1) if found else None
-        # keep reading its log: a full pipe would block the engine mid-request
-        threading.Thread(target=engine.stderr.read, daemon=True).start()
-        yield url
-    finally:
-        engine.terminate()
-        engine.wait(timeout=60)
-
-
 @pytest.mark.timeout(600)
 def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_after_it(
     tmp_path: Path,
 ) -> None:
     checkpoints = tmp_path / "ckpt"
-    with _tiny_engine(tmp_path / "policy") as url:
+    with tiny_engine(tmp_path / "policy") as url:
         policy = tmp_path / "policy"
         spec = _write_config(tmp_path / "config", policy, url, max_steps=1000)
         log = tmp_path / "first.log"
@@ -183,7 +155,7 @@ def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_a
     from agentrl.trainer.cli import TrainerConfig, TrainerEnv, run_placed
 
     checkpoints = tmp_path / "ckpt"
-    with _tiny_engine(tmp_path / "policy") as url:
+    with tiny_engine(tmp_path / "policy") as url:
         job, runtime, _ = _job_and_runtime(tmp_path / "policy", url, max_steps=1000)
         config = TrainerConfig(job=job, runtime=runtime, env=TrainerEnv(checkpoint_dir=checkpoints))
 
