@@ -447,22 +447,7 @@ def _run(
     old = trainer_pod(kubectl)
     checkpoint = int(status(kubectl)["trainer"]["lastCheckpointStep"])
     kubectl.run("delete", "pod", old["metadata"]["name"], "--wait=false")
-    new = wait_for(
-        lambda: (p := _trainer_pod_or_none(kubectl)) is not None
-        and p["metadata"]["uid"] != old["metadata"]["uid"]
-        and p["status"].get("phase") == "Running"
-        and p,
-        timeout=300, interval=2, what="a new trainer pod",
-    )  # fmt: skip
-    name = new["metadata"]["name"]
-    resumed = wait_for(
-        lambda: re.search(
-            r"resuming from the checkpoint of step (\d+) \(restart \d+\): data position (\d+), "
-            r"pending positions (\[[\d, ]*\])",
-            kubectl.run("logs", name, check=False).stdout,
-        ),
-        timeout=300, interval=3, what="the new trainer to resume",
-    )  # fmt: skip
+    name, resumed = resumed_trainer(kubectl, after=old["metadata"]["uid"], timeout=300)
     at = int(resumed.group(1))
     assert at >= checkpoint  # the newest checkpoint (one written after the status was read)
     # what the old trainer wrote in that checkpoint is where the new one goes on from
@@ -499,20 +484,7 @@ def _run(
     wait_for(lambda: not running(), timeout=300, interval=2, what="no pod of the job")
     wait_for(lambda: not watch.live, timeout=120, interval=1, what="no sandbox")
     kubectl.run("patch", "arj", JOB, "--type=merge", "-p", '{"spec": {"suspend": false}}')
-    new = wait_for(
-        lambda: (p := _trainer_pod_or_none(kubectl)) is not None
-        and p["status"].get("phase") == "Running"
-        and p,
-        timeout=600, interval=2, what="the trainer after resume",
-    )  # fmt: skip
-    name = new["metadata"]["name"]
-    resumed = wait_for(
-        lambda: re.search(
-            r"resuming from the checkpoint of step (\d+)",
-            kubectl.run("logs", name, check=False).stdout,
-        ),
-        timeout=300, interval=3, what="the trainer to resume after suspend",
-    )  # fmt: skip
+    name, resumed = resumed_trainer(kubectl, after=None, timeout=600)
     at = int(resumed.group(1))
     wait_for(
         lambda: progress_step(kubectl, name) >= at + 1, timeout=900, interval=3,
@@ -557,6 +529,31 @@ def progress_step(kubectl: Kubectl, pod: str) -> int:
         .get("agentrl.dev/progress")
     )
     return int(json.loads(raw).get("step", 0)) if raw else 0
+
+
+RESUMED = re.compile(
+    r"resuming from the checkpoint of step (\d+) \(restart \d+\): data position (\d+), "
+    r"pending positions (\[[\d, ]*\])"
+)
+
+
+def resumed_trainer(kubectl: Kubectl, *, after: str | None, timeout: float) -> tuple[str, Any]:
+    """The running trainer pod (another than the pod of uid ``after``) once its log says which
+    checkpoint it resumed from: its name and the match of :data:`RESUMED` (step, data position,
+    pending positions)."""
+    new = wait_for(
+        lambda: (p := _trainer_pod_or_none(kubectl)) is not None
+        and p["metadata"]["uid"] != after
+        and p["status"].get("phase") == "Running"
+        and p,
+        timeout=timeout, interval=2, what="a new trainer pod",
+    )  # fmt: skip
+    name = str(new["metadata"]["name"])
+    resumed = wait_for(
+        lambda: RESUMED.search(kubectl.run("logs", name, check=False).stdout),
+        timeout=300, interval=3, what=f"trainer {name} to resume",
+    )  # fmt: skip
+    return name, resumed
 
 
 def _trainer_pod_or_none(kubectl: Kubectl) -> dict[str, Any] | None:
