@@ -6,6 +6,7 @@ import pytest
 
 from agentrl.reconcile.children import TrainerJobPlan, desired_children
 from agentrl.reconcile.context import BuildContext
+from agentrl.reconcile.policies.suspend import workload_scale
 from tests.factories import make_job
 
 ORDER = [
@@ -81,7 +82,8 @@ def test_resume_restores_the_spec_scale():
 
 
 def test_a_finished_job_keeps_nothing_running():
-    children = _by_kind(_children(make_job("swe").with_engines(4), finished=True))
+    job = make_job("swe").with_engines(4)
+    children = _by_kind(_children(job, scale=workload_scale(job.obj(), finished=True)))
     assert children[("StatefulSet", "swe-engine")]["spec"]["replicas"] == 0
     assert children[("Deployment", "swe-rollout")]["spec"]["replicas"] == 0
 

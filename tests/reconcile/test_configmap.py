@@ -56,7 +56,7 @@ def test_runtime_lists_engine_urls_and_trainer_rendezvous():
     assert runtime["checkpointDir"] == "/checkpoints"
 
 
-def test_runtime_carries_the_concurrency_in_effect_and_per_worker():
+def test_runtime_carries_the_concurrency_in_effect_and_the_workers():
     job = make_job("swe", "rl").with_concurrency(384).with_workers(5).obj()
     _, _, runtime = _data(job)
     assert runtime["sandbox"] == {
@@ -68,8 +68,8 @@ def test_runtime_carries_the_concurrency_in_effect_and_per_worker():
         "podNamePrefix": "swe-sbx-",
         "networkPolicy": "swe-sandbox",
     }
-    # ceil(384 / 5) = 77 episodes per worker.
-    assert runtime["rollout"] == {"workers": 5, "concurrencyPerWorker": 77}
+    # Each worker's share of the 384 is its own to compute (concurrency_source.split_concurrency).
+    assert runtime["rollout"] == {"workers": 5}
 
 
 def test_suspended_runtime_has_no_engines_and_zero_concurrency():
@@ -80,7 +80,7 @@ def test_suspended_runtime_has_no_engines_and_zero_concurrency():
     assert runtime["sandbox"]["concurrency"] == 0
     assert runtime["sandbox"]["desired"] == 64
     assert runtime["sandbox"]["limitedBy"] == "spec.suspend"
-    assert runtime["rollout"] == {"workers": 0, "concurrencyPerWorker": 0}
+    assert runtime["rollout"] == {"workers": 0}
 
 
 def test_scaling_changes_the_config_map_content():

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import yaml
+
 from agentrl.reconcile.children import ChildRef
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import observe
 from agentrl.reconcile.plan import plan
 from agentrl.reconcile.status import status_body
-from tests.factories import make_job, make_trainer_job
+from tests.factories import make_job, make_pod, make_trainer_job
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -58,6 +60,34 @@ def test_a_completed_trainer_job_is_left_alone_and_workloads_scale_down():
     sts = next(c for c in p.children if c["kind"] == "StatefulSet")
     assert sts["spec"]["replicas"] == 0
     assert p.requeue_after_seconds == 600.0  # the TTL falls due in 600 s
+
+
+def _runtime(p):
+    (cm,) = [c for c in p.children if c["kind"] == "ConfigMap"]
+    return yaml.safe_load(cm["data"]["runtime.yaml"])
+
+
+def _replicas(p, kind):
+    return next(c for c in p.children if c["kind"] == kind)["spec"]["replicas"]
+
+
+def test_a_finished_job_suspended_with_a_trainer_pod_left_waits_for_nothing():
+    # finished first, then suspended while a trainer pod still runs: a finished job keeps
+    # nothing running, so no trainer pod counts as stopping (the job is Suspended, not
+    # Suspending) and children and status agree on zero
+    done = make_trainer_job(succeeded=1, condition=("Complete", "", ""))
+    finished = _plan(make_job("swe").with_engines(2), trainer_job=done)
+    trainer = make_pod("swe-trainer-0-x", "trainer", job="swe").running().obj()
+    p = _plan(
+        make_job("swe").with_engines(2).suspended().with_status(status_body(finished.status)),
+        trainer_job=done,
+        pods=[trainer],
+    )
+    suspended = next(c for c in p.status.conditions if c.type == "Suspended")
+    assert (suspended.status, suspended.reason) == ("True", "JobSuspended")
+    assert (p.status.engines.replicas, _replicas(p, "StatefulSet")) == (0, 0)
+    assert (p.status.sandbox.concurrency, _runtime(p)["sandbox"]["concurrency"]) == (0, 0)
+    assert _replicas(p, "Deployment") == 0
 
 
 def test_a_job_past_its_ttl_is_deleted_and_nothing_is_applied():

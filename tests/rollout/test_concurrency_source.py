@@ -33,7 +33,7 @@ def runtime_yaml(concurrency: int, workers: int = 1) -> str:
             "job": "swe",
             "suspended": False,
             "sandbox": {"provider": "kubernetes", "concurrency": concurrency, "desired": 64},
-            "rollout": {"workers": workers, "concurrencyPerWorker": 0},
+            "rollout": {"workers": workers},
         }
     )
 

@@ -10,7 +10,6 @@ Deployment. Every child carries the ownerReference to the job and the job's labe
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -21,7 +20,7 @@ from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.meta import owner_reference
 from agentrl.reconcile.observed import Observed
 from agentrl.reconcile.policies.placement import engine_replicas
-from agentrl.reconcile.policies.suspend import workload_scale
+from agentrl.reconcile.policies.suspend import WorkloadScale, workload_scale
 
 __all__ = ["ChildRef", "TrainerJobPlan", "child_ref", "desired_children", "owner_reference"]
 
@@ -64,17 +63,18 @@ def desired_children(
     job: AgentRLJob,
     ctx: BuildContext,
     *,
-    finished: bool = False,
+    scale: WorkloadScale | None = None,
     trainer_job: TrainerJobPlan | None = None,
     observed: Observed | None = None,
-    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """Every child of ``job`` in apply order. ``finished``: the job is Complete or Failed
-    (workloads scaled to zero, trainer suspended); ``trainer_job``: the trainer Job's attempt
-    and whether to apply it (default: apply attempt 0, as for a new job); ``now``: when the
-    trainer pods of a suspending job are past their grace period (``policies.suspend``)."""
+    """Every child of ``job`` in apply order. ``scale``: the workloads' scale and the sandbox
+    concurrency in effect, as the reconcile decided them (``StatusResult.scale``; default: the
+    spec's, as for a new job, which ``agentrl render`` prints); ``trainer_job``: the trainer
+    Job's attempt and whether to apply it (default: apply attempt 0, as for a new job);
+    ``observed``: the trainer pods the engines wait for (``policies.placement``)."""
     plan = trainer_job or TrainerJobPlan()
-    scale = workload_scale(job, finished=finished, observed=observed, now=now)
+    if scale is None:
+        scale = workload_scale(job)
     children: list[dict[str, Any]] = [configmap.config_map(job, ctx, scale)]
     claim = pvc.checkpoint_pvc(job, ctx)
     if claim is not None:

@@ -37,25 +37,42 @@ def effective_concurrency(
     quotas: Sequence[ResourceQuotaUsage] = (),
     sandboxes_in_use: int = 0,
 ) -> EffectiveConcurrency:
-    """The in-effect concurrency of ``job``: 0 while suspended or after it finished, else the
-    spec's value capped by the E2B plan's concurrent-sandbox limit and, for pod sandboxes, by
-    what the namespace's ResourceQuotas admit (``sandboxes_in_use``: the job's sandbox pods the
-    quotas already charge)."""
-    sandbox = job.spec.sandbox
-    desired = sandbox.concurrency
+    """The in-effect concurrency of ``job``: 0 while suspended or after it finished, else
+    :func:`capped_concurrency`. Computed once per reconcile (``policies.suspend.workload_scale``,
+    called by ``status.compute_status``) and handed to the children and the status from
+    there."""
+    desired = job.spec.sandbox.concurrency
     if job.spec.suspend:
         return EffectiveConcurrency(value=0, desired=desired, limited_by="spec.suspend")
     if finished:
         return EffectiveConcurrency(value=0, desired=desired, limited_by="finished")
-    caps: list[tuple[int, str]] = []
+    return capped_concurrency(job, quotas=quotas, sandboxes_in_use=sandboxes_in_use)
+
+
+def capped_concurrency(
+    job: AgentRLJob,
+    *,
+    quotas: Sequence[ResourceQuotaUsage] = (),
+    sandboxes_in_use: int = 0,
+    caps: Sequence[tuple[int, str]] = (),
+) -> EffectiveConcurrency:
+    """The spec's concurrency of a running ``job`` capped by the E2B plan's concurrent-sandbox
+    limit and, for pod sandboxes, by what the namespace's ResourceQuotas admit
+    (``sandboxes_in_use``: the job's sandbox pods the quotas already charge), then by the
+    further ``caps`` (value, name) after those. The capacity planner (``agentrl.sim``) calls it
+    with its own hypothetical caps and no quotas."""
+    sandbox = job.spec.sandbox
+    desired = sandbox.concurrency
+    found: list[tuple[int, str]] = []
     if sandbox.provider == SandboxProvider.E2B and sandbox.e2b is not None:
-        caps.append((sandbox.e2b.max_concurrent, "spec.sandbox.e2b.maxConcurrent"))
+        found.append((sandbox.e2b.max_concurrent, "spec.sandbox.e2b.maxConcurrent"))
     if sandbox.provider == SandboxProvider.KUBERNETES:
         room = sandbox_room(job, quotas, sandboxes_in_use=sandboxes_in_use)
         if room is not None:
-            caps.append((room.sandboxes, room.limited_by))
+            found.append((room.sandboxes, room.limited_by))
+    found += caps
     # The first of equal caps is named: the provider's own limit before a quota.
-    binding = min(caps, key=lambda cap: cap[0], default=None)
+    binding = min(found, key=lambda cap: cap[0], default=None)
     if binding is not None and binding[0] < desired:
         return EffectiveConcurrency(value=binding[0], desired=desired, limited_by=binding[1])
     return EffectiveConcurrency(value=desired, desired=desired)

@@ -19,7 +19,6 @@ Called by ``children.desired_children``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import yaml
@@ -95,9 +94,8 @@ class RolloutRuntime(_Config):
     """The rollout workers."""
 
     workers: int
-    """Rollout worker pods in effect."""
-    concurrency_per_worker: int
-    """``ceil(concurrency / workers)``: episodes one worker runs at once (0 when none)."""
+    """Rollout worker pods in effect: each runs its share of ``sandbox.concurrency``
+    (``rollout.concurrency_source.split_concurrency``)."""
 
 
 class RuntimeConfig(_Config):
@@ -141,7 +139,6 @@ def runtime_config(job: AgentRLJob, ctx: BuildContext, scale: WorkloadScale) -> 
     """The runtime config for ``job`` at ``scale``."""
     name = job.metadata.name
     master = trainer_master_addr(job, ctx.namespace)
-    workers = scale.rollout_workers
     return RuntimeConfig(
         job=name,
         namespace=ctx.namespace,
@@ -167,10 +164,7 @@ def runtime_config(job: AgentRLJob, ctx: BuildContext, scale: WorkloadScale) -> 
             pod_name_prefix=names.sandbox_pod_prefix(name),
             network_policy=names.sandbox_policy(name),
         ),
-        rollout=RolloutRuntime(
-            workers=workers,
-            concurrency_per_worker=math.ceil(scale.sandbox_concurrency / workers) if workers else 0,
-        ),
+        rollout=RolloutRuntime(workers=scale.rollout_workers),
         checkpoint_dir=CHECKPOINT_MOUNT_PATH,
     )
 

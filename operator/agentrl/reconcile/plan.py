@@ -110,10 +110,9 @@ def plan(
         children = desired_children(
             job,
             ctx,
-            finished=result.finished,
+            scale=result.scale,
             trainer_job=_trainer_job_plan(result, observed),
             observed=observed,
-            now=now,
         )
     except EngineFlagError as exc:
         invalid = invalid_spec_status(job, str(exc), generation=generation, now=now)

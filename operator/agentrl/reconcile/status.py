@@ -3,9 +3,11 @@ counts, and the Events of the transitions a user cares about.
 
 Pure: :func:`compute_status` takes the job (with the status it has now), an
 ``observed.Observed`` snapshot, the object's ``metadata.generation`` and ``now``, and returns the
-new status, the events, and the trainer-restart decision the controller acts on. Write the status
-only when :func:`status_changed` says so, and post the events only after that write succeeded —
-then a retried reconcile neither rewrites an unchanged status nor repeats an event.
+new status, the events, the trainer-restart decision the controller acts on, and the scale of
+every workload with the sandbox concurrency in effect (decided here once per reconcile; the
+children apply the same figures, see ``plan``). Write the status only when
+:func:`status_changed` says so, and post the events only after that write succeeded — then a
+retried reconcile neither rewrites an unchanged status nor repeats an event.
 
 Conditions follow the API conventions: every type is present from the first reconcile, reasons
 are CamelCase constants, ``lastTransitionTime`` moves only when ``status`` flips, and messages
@@ -24,13 +26,11 @@ from pydantic import BaseModel, ConfigDict
 from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
 from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
 from agentrl.reconcile import preflight
-from agentrl.reconcile.concurrency import effective_concurrency
 from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
 from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.observed import Observed, ObservedPod, TrainerProgress
 from agentrl.reconcile.policies import deadline, placement, trainer_restarts
-from agentrl.reconcile.policies.suspend import workload_scale
-from agentrl.reconcile.quotas import sandboxes_charged
+from agentrl.reconcile.policies.suspend import WorkloadScale, workload_scale
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 EventType = Literal["Normal", "Warning"]
@@ -75,6 +75,10 @@ class StatusResult(BaseModel):
     """The trainer-restart decision (delete the failed Job after the status write)."""
     finished: bool
     """The job is Complete or Failed."""
+    scale: WorkloadScale | None = None
+    """The scale of every workload and the sandbox concurrency in effect, decided once per
+    reconcile (``policies.suspend.workload_scale``): the status reports it and the children
+    apply it (``plan``). None when no workload was decided (:func:`invalid_spec_status`)."""
 
 
 @dataclass(frozen=True)
@@ -207,8 +211,10 @@ def gpus_verdict(
     return _Verdict(found.status, found.reason, found.message)
 
 
-def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, workers: int) -> _Verdict:
-    """SandboxPoolReady while the job runs: rollout workers up, sandboxes schedulable."""
+def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, scale: WorkloadScale) -> _Verdict:
+    """SandboxPoolReady while the job runs: rollout workers up, sandboxes schedulable, and the
+    sandbox concurrency in effect (``scale``)."""
+    workers = scale.rollout_workers
     if observed.rollout is None:
         return _Verdict("False", Reason.RECONCILING, "the rollout Deployment is not created yet")
     pods = observed.pods_of(Component.ROLLOUT)
@@ -227,17 +233,15 @@ def sandbox_pool_verdict(job: AgentRLJob, observed: Observed, workers: int) -> _
         problem = worst_problem(unschedulable, what="sandbox")
         assert problem is not None
         return _Verdict("False", Reason.UNSCHEDULABLE, f"{summary}: {problem.detail}")
-    concurrency = effective_concurrency(
-        job, quotas=observed.quotas, sandboxes_in_use=sandboxes_charged(observed)
-    )
-    if concurrency.limited_by is not None:
+    concurrency = scale.sandbox_concurrency
+    if scale.concurrency_limited_by is not None:
         return _Verdict(
             "True",
             Reason.QUOTA_LIMITED,
-            f"{summary}; concurrency {concurrency.value} of {concurrency.desired} desired, "
-            f"limited by {concurrency.limited_by}",
+            f"{summary}; concurrency {concurrency} of {job.spec.sandbox.concurrency} desired, "
+            f"limited by {scale.concurrency_limited_by}",
         )
-    return _Verdict("True", Reason.POOL_READY, f"{summary}; concurrency {concurrency.value}")
+    return _Verdict("True", Reason.POOL_READY, f"{summary}; concurrency {concurrency}")
 
 
 def trainer_verdict(
@@ -414,10 +418,8 @@ def _sub_status(
     observed: Observed,
     decision: trainer_restarts.TrainerRestartDecision,
     progress: TrainerProgress | None,
-    finished: bool,
-    now: datetime,
+    scale: WorkloadScale,
 ) -> tuple[EngineStatus, SandboxStatus, TrainerStatus, RolloutStatus]:
-    scale = workload_scale(job, finished=finished, observed=observed, now=now)
     engine_pods = observed.pods_of(Component.ENGINE)
     reports = [p.watchdog for p in engine_pods if p.watchdog is not None]
     versions = [
@@ -511,10 +513,11 @@ def _verdicts(
     decision: trainer_restarts.TrainerRestartDecision,
     terminal: tuple[_Verdict, _Verdict] | None,
     progress: TrainerProgress | None,
-    now: datetime,
+    scale: WorkloadScale,
 ) -> dict[ConditionType, _Verdict]:
     suspended = job.spec.suspend
-    stopping = workload_scale(job, observed=observed, now=now).trainer_stopping
+    # 0 once the job has finished: its workloads are already scaled to zero.
+    stopping = scale.trainer_stopping
     out: dict[ConditionType, _Verdict] = {}
     if terminal is not None:
         complete, failed = terminal
@@ -555,12 +558,9 @@ def _verdicts(
         out[ConditionType.READY] = ready
         complete = failed = _Verdict("False", ExtraReason.NOT_FINISHED, "the job is suspended")
     else:
-        scale = workload_scale(job, observed=observed)
         components = {
             ConditionType.ENGINES_READY: engines_verdict(job, observed, scale.engines),
-            ConditionType.SANDBOX_POOL_READY: sandbox_pool_verdict(
-                job, observed, scale.rollout_workers
-            ),
+            ConditionType.SANDBOX_POOL_READY: sandbox_pool_verdict(job, observed, scale),
             ConditionType.TRAINER_READY: trainer_verdict(job, observed, decision),
         }
         out[ConditionType.READY] = _ready_verdict(components)
@@ -679,7 +679,9 @@ def compute_status(
         start_time = prev_start or now
     completion = previous.completion_time or (format_time(now) if finished else None)
     progress = _trainer_progress(observed)
-    verdicts = _verdicts(job, previous, observed, decision, terminal, progress, now)
+    # The one place a reconcile decides the workloads' scale and the concurrency in effect.
+    scale = workload_scale(job, finished=finished, observed=observed, now=now)
+    verdicts = _verdicts(job, previous, observed, decision, terminal, progress, scale)
     conditions = []
     events: list[Event] = []
     for type_ in CONDITION_ORDER:
@@ -704,7 +706,7 @@ def compute_status(
             e for e in events if not e.message.startswith(f"{ConditionType.TRAINER_READY.value}:")
         ]
     engines, sandbox, trainer, rollout = _sub_status(
-        job, previous, observed, decision, progress, finished, now
+        job, previous, observed, decision, progress, scale
     )
     evaluated = _evaluation_event(previous.rollout, rollout)
     if evaluated is not None:
@@ -720,7 +722,9 @@ def compute_status(
         trainer=trainer,
         rollout=rollout,
     )
-    return StatusResult(status=status, events=events, trainer=decision, finished=finished)
+    return StatusResult(
+        status=status, events=events, trainer=decision, finished=finished, scale=scale
+    )
 
 
 def invalid_spec_status(

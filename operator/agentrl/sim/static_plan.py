@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
+from agentrl.reconcile import concurrency
 from agentrl.sim import architectures, hardware, kvcache
 from agentrl.sim.architectures import ModelArchitecture
 from agentrl.sim.hardware import GIB, GPUProduct
@@ -121,14 +122,16 @@ def resolve_gpu(job: AgentRLJob, params: SimParams) -> tuple[GPUProduct, str]:
 
 
 def effective_concurrency(job: AgentRLJob, overrides: SimOverrides) -> tuple[int, str | None]:
-    """Episodes that can really be in flight, and the cap that lowers it."""
-    sandbox = job.spec.sandbox
-    value, reason = sandbox.concurrency, None
-    if sandbox.provider == "e2b" and sandbox.e2b is not None and sandbox.e2b.max_concurrent < value:
-        value, reason = sandbox.e2b.max_concurrent, "sandbox.e2b.maxConcurrent"
-    if overrides.hidden_concurrency_cap is not None and overrides.hidden_concurrency_cap < value:
-        value, reason = overrides.hidden_concurrency_cap, "hidden concurrency cap"
-    return value, reason
+    """Episodes that can really be in flight, and the cap that lowers it: the operator's rule
+    (``reconcile.concurrency.capped_concurrency``, the job running, no quotas) with the hidden
+    cap of ``overrides`` after the provider's; the cap named as in the manifest
+    (``sandbox.e2b.maxConcurrent``)."""
+    hidden = overrides.hidden_concurrency_cap
+    found = concurrency.capped_concurrency(
+        job, caps=[(hidden, "hidden concurrency cap")] if hidden is not None else []
+    )
+    limited_by = found.limited_by
+    return found.value, limited_by.removeprefix("spec.") if limited_by is not None else None
 
 
 def build_static_plan(job: AgentRLJob, params: SimParams, overrides: SimOverrides | None = None,

@@ -9,6 +9,7 @@ from agentrl.reconcile.children import desired_children
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import observe
 from agentrl.reconcile.policies import placement
+from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.reconcile.status import compute_status
 from tests.factories import make_job, make_pod, make_statefulset, make_trainer_job
 
@@ -17,7 +18,8 @@ SCHEDULER = "0/6 nodes are available: 4 Insufficient amd.com/gpu, 2 node(s) didn
 
 
 def _replicas(job, observed) -> int:
-    children = desired_children(job, BuildContext.for_job(job), observed=observed)
+    scale = workload_scale(job, observed=observed)
+    children = desired_children(job, BuildContext.for_job(job), scale=scale, observed=observed)
     (sts,) = [c for c in children if c["kind"] == "StatefulSet"]
     return int(sts["spec"]["replicas"])
 
