@@ -215,3 +215,61 @@ async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
         assert scheduler.concurrency == 3  # the spec's 6 over 2 workers
         write_like_the_kubelet(path, runtime_yaml(10, workers=2))
         await until(lambda: scheduler.concurrency == 5)  # 10 over 2 workers
+
+
+def test_a_scheduler_starts_from_the_figure_in_effect_when_the_file_already_holds_one(
+    tmp_path: Path,
+) -> None:
+    from agentrl.rollout.runtime import starting_concurrency
+
+    path = tmp_path / "runtime.yaml"
+    # not mounted yet, or a watch not opened yet: the spec's share until the first reading
+    assert starting_concurrency(3, RuntimeFileSource(path)) == 3
+    assert starting_concurrency(3, ConfigMapSource("ns", "swe-config")) == 3
+    assert starting_concurrency(3, None) == 3
+    path.write_text("not: [yaml")
+    assert starting_concurrency(3, RuntimeFileSource(path)) == 3
+    # a quota holds the job at 3 of 6 over 2 workers: worker 1 starts at 1, not the spec's 3
+    path.write_text(runtime_yaml(3, workers=2))
+    assert starting_concurrency(3, RuntimeFileSource(path), worker_index=1) == 1
+    assert starting_concurrency(3, RuntimeFileSource(path), worker_index=0) == 2
+    assert starting_concurrency(6, RuntimeFileSource(path), whole=True) == 3
+
+
+class _NeverChanges(RuntimeFileSource):
+    """The mounted file, with a first reading that never comes (the kubelet's minute)."""
+
+    async def changes(self) -> AsyncIterator[InEffect]:
+        await asyncio.Event().wait()
+        yield InEffect(concurrency=0)  # pragma: no cover
+
+
+async def test_open_rollout_starts_from_the_in_effect_share_before_the_first_reading(
+    tmp_path: Path,
+) -> None:
+    from agentrl.api import AgentRLJob
+    from agentrl.rollout.agent import WordTurnTokenizer
+    from agentrl.rollout.runtime import open_rollout
+    from agentrl.sandbox.fake import FakeProvider
+
+    job = AgentRLJob.model_validate(
+        {
+            "apiVersion": "agentrl.dev/v1alpha1",
+            "kind": "AgentRLJob",
+            "metadata": {"name": "swe"},
+            "spec": {"model": {"source": {"path": "tiny"}}, "sandbox": {"concurrency": 6}},
+        }
+    )
+    path = tmp_path / "runtime.yaml"
+    path.write_text(runtime_yaml(2, workers=2))  # a quota admits 2 of the spec's 6
+    async with open_rollout(
+        job.spec,
+        provider=FakeProvider(),
+        engine_urls=["http://127.0.0.1:9"],  # never called: there are no tasks
+        tasks=[],
+        workers=2,
+        worker_index=1,
+        tokenizer=WordTurnTokenizer(),
+        concurrency_source=_NeverChanges(path),
+    ) as scheduler:
+        assert scheduler.concurrency == 1  # 2 over 2 workers, not the spec's 3

@@ -16,7 +16,9 @@ sources read it:
   worker running outside the cluster (tests, a laptop driving a cluster).
 
 :func:`follow` turns either into :meth:`RolloutScheduler.set_concurrency` calls with this
-worker's share (:func:`split_concurrency`, the split ``open_rollout`` starts from). A figure that
+worker's share (:func:`split_concurrency`). ``open_rollout`` starts from the share of the figure
+in effect when the mounted file already holds one (:func:`current_figures`), else from the
+spec's, until the source's first reading. A figure that
 cannot be read leaves the last one in effect: a torn or invalid file must never stop the
 rollout tier (0) or unleash it.
 
@@ -111,6 +113,27 @@ class RuntimeFileSource:
             await asyncio.sleep(self.poll_seconds)
 
 
+def current_figures(source: ConcurrencySource) -> InEffect | None:
+    """The figures in effect now, before ``source`` yields its first change: the mounted file's
+    content for a :class:`RuntimeFileSource` (read once, synchronously), so a scheduler can start
+    from the in-effect figure rather than the spec's; None when that cannot be told without
+    waiting (a file not mounted or not valid yet, a watch not opened yet)."""
+    if not isinstance(source, RuntimeFileSource):
+        return None
+    try:
+        return parse_runtime(source.path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def share_of(figures: InEffect, *, worker_index: int = 0, whole: bool = False) -> int:
+    """The concurrency one scheduler runs of ``figures``: worker ``worker_index``'s share
+    (:func:`split_concurrency`), or ``whole`` the whole figure."""
+    if whole:
+        return figures.concurrency
+    return split_concurrency(figures.concurrency, figures.workers, worker_index)
+
+
 class ConfigMapSource:
     """Watches ``NAME-config`` through the API server."""
 
@@ -180,11 +203,7 @@ async def follow(
     whole figure (the driver's scheduler when the workers only run what it hands them)."""
     applied: int | None = None
     async for figures in source.changes():
-        share = (
-            figures.concurrency
-            if whole
-            else split_concurrency(figures.concurrency, figures.workers, worker_index)
-        )
+        share = share_of(figures, worker_index=worker_index, whole=whole)
         if share != applied:
             scheduler.set_concurrency(share)
             applied = share

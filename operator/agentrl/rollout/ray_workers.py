@@ -925,14 +925,16 @@ async def open_remote_rollout(
     open_rollout`, with the job's whole concurrency (following ``concurrency_source``'s total)
     and the episodes run by ``episodes``' actors. The actors are closed on exit, not killed;
     ``episodes.final_stats`` then says what each did."""
-    from agentrl.rollout.runtime import following, provider_limit
+    from agentrl.rollout.runtime import following, provider_limit, starting_concurrency
 
     await episodes.start()
     try:
         scheduler = RolloutScheduler(
             runner=episodes,
             tasks=tasks,
-            concurrency=spec.sandbox.concurrency,
+            concurrency=starting_concurrency(
+                spec.sandbox.concurrency, concurrency_source, whole=True
+            ),
             group_size=spec.rollout.group_size,
             admission=admission,
             provider_limit=provider_limit(spec),

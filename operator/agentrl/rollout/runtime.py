@@ -31,7 +31,13 @@ from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
-from agentrl.rollout.concurrency_source import ConcurrencySource, follow, split_concurrency
+from agentrl.rollout.concurrency_source import (
+    ConcurrencySource,
+    current_figures,
+    follow,
+    share_of,
+    split_concurrency,
+)
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks.model import Task
@@ -64,6 +70,23 @@ def worker_concurrency(spec: AgentRLJobSpec, workers: int, index: int) -> int:
     """This worker's share of ``spec.sandbox.concurrency``: an even split, the remainder going
     to the first workers, so the shares add up to exactly the spec's number."""
     return split_concurrency(spec.sandbox.concurrency, workers, index)
+
+
+def starting_concurrency(
+    spec_share: int,
+    source: ConcurrencySource | None,
+    *,
+    worker_index: int = 0,
+    whole: bool = False,
+) -> int:
+    """The concurrency a scheduler starts from: its share of the figure in effect when
+    ``source`` already holds one (the operator's, after suspension, quotas and provider
+    limits), else ``spec_share``, its share of the spec's figure, until the source's first
+    reading."""
+    figures = current_figures(source) if source is not None else None
+    if figures is None:
+        return spec_share
+    return share_of(figures, worker_index=worker_index, whole=whole)
 
 
 def engine_pool_size(spec: AgentRLJobSpec, concurrency: int) -> int:
@@ -172,10 +195,12 @@ async def open_rollout(
 
     With ``concurrency_source`` (on a cluster: :func:`~agentrl.rollout.concurrency_source.
     source_for_worker`), the scheduler follows the in-effect concurrency the operator writes,
-    starting from the spec's figure until the source's first reading. ``engine_client`` makes
+    starting from it when the source already holds it (:func:`starting_concurrency`), else from
+    the spec's figure until the source's first reading. ``engine_client`` makes
     the client of one engine (called like :class:`EngineClient`); for benchmarks, which time
     calls and compare transports."""
     concurrency = worker_concurrency(spec, workers, worker_index)
+    start = starting_concurrency(concurrency, concurrency_source, worker_index=worker_index)
     async with open_episode_runner(
         spec,
         provider=provider,
@@ -187,9 +212,9 @@ async def open_rollout(
         scheduler = RolloutScheduler(
             # one gate of live episodes: a held-out evaluation over ``scheduler.runner`` shares
             # this worker's concurrency instead of adding to it
-            runner=GatedEpisodes(runner, concurrency),
+            runner=GatedEpisodes(runner, start),
             tasks=tasks,
-            concurrency=concurrency,
+            concurrency=start,
             group_size=spec.rollout.group_size,
             admission=admission,
             provider_limit=provider_limit(spec, workers),
