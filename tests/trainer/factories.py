@@ -15,9 +15,8 @@ from agentrl.rollout.trajectory import Trajectory, TruncationCap
 from agentrl.trainer.batching import TrainSample
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import Backend, StepRecord, TaskOrder, TaskStream, TrainingDriver
-from agentrl.trainer.loss import LossStats
+from agentrl.trainer.stats import LossStats, StepStats
 from agentrl.trainer.stopping import StopRequest
-from agentrl.trainer.torch_backend import StepStats
 from agentrl.trainer.weight_sync import SyncReport
 
 

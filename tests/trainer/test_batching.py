@@ -1,4 +1,6 @@
-"""Which groups make a step, with which advantages, carrying loss or not."""
+"""Which groups make a step, with which advantages, carrying loss or not; and the tokens of a
+step's samples both backends score (:func:`~agentrl.trainer.batching.token_sequences`,
+:func:`~agentrl.trainer.batching.flatten`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,13 @@ import pytest
 
 from agentrl.api.rollout import TerminalClass
 from agentrl.api.trainer import Algorithm, ZeroVariancePolicy
-from agentrl.trainer.batching import select_step
+from agentrl.trainer.batching import (
+    TrainSample,
+    flatten,
+    generated_spans,
+    select_step,
+    token_sequences,
+)
 from agentrl.trainer.buffer import GroupBuffer
 from tests.trainer.factories import make_trajectory
 
@@ -101,3 +109,45 @@ def test_groups_enter_the_step_in_completion_order_and_stop_when_full() -> None:
     sel = select_step(_buffer(*groups).ready(), trajectories_per_step=4, algorithm=Algorithm())
     assert sel is not None
     assert [g.group_id for g in sel.taken] == ["t0#0", "t1#1"]
+
+
+def _two_samples() -> list[TrainSample]:
+    # Prompt, a generated turn, a tool reply, a generated turn: scored tokens at 1-2 and 4.
+    first = make_trajectory(
+        "a#0", 1.0, tokens=([7, 8, 9, 6, 5], [0.0, -0.1, -0.2, 0.0, -0.4], [0, 1, 1, 0, 1])
+    )
+    second = make_trajectory("a#0", 0.0, n=1, tokens=([7, 3, 4], [0.0, -0.5, -0.6], [0, 1, 1]))
+    return [
+        TrainSample(trajectory=first, advantage=0.5, carries_loss=True),
+        TrainSample(trajectory=second, advantage=-0.5, carries_loss=False),
+    ]
+
+
+def test_token_sequences_keep_the_generated_runs_and_their_engine_logprobs() -> None:
+    seqs = token_sequences(_two_samples())
+    assert [s.index for s in seqs] == [0, 1]
+    assert [s.spans for s in seqs] == [[(1, 3), (4, 5)], [(1, 3)]]
+    assert [s.positions for s in seqs] == [[1, 2, 4], [1, 2]]
+    assert [s.engine_logprobs for s in seqs] == [[-0.1, -0.2, -0.4], [-0.5, -0.6]]
+    assert seqs[0].token_ids == [7, 8, 9, 6, 5]
+
+
+def test_flatten_lays_out_one_entry_per_scored_token_trajectory_after_trajectory() -> None:
+    flat = flatten(token_sequences(_two_samples()))
+    assert flat.engine_logprobs == [-0.1, -0.2, -0.4, -0.5, -0.6]
+    assert flat.advantages == [0.5, 0.5, 0.5, -0.5, -0.5]
+    assert flat.mask == [1.0, 1.0, 1.0, 0.0, 0.0]  # the second carries no loss
+    assert flat.seq_index == [0, 0, 0, 1, 1]
+
+
+def test_a_gpt_scores_no_token_at_position_zero_the_tiny_policy_does() -> None:
+    # The tiny policy predicts token 0 from its BOS input; a GPT fed the trajectory as it is
+    # predicts token j from the logits at j − 1, so it starts at position 1.
+    assert generated_spans([1, 1, 0, 1]) == [(0, 2), (3, 4)]
+    assert generated_spans([1, 1, 0, 1], start=1) == [(1, 2), (3, 4)]
+    t = make_trajectory("a#0", 1.0, tokens=([4, 5, 6], [-0.3, -0.2, -0.1], [1, 1, 1]))
+    sample = TrainSample(trajectory=t, advantage=1.0, carries_loss=True)
+    assert token_sequences([sample])[0].positions == [0, 1, 2]
+    gpt = token_sequences([sample], first_position=1)[0]
+    assert gpt.positions == [1, 2]
+    assert gpt.engine_logprobs == [-0.2, -0.1]

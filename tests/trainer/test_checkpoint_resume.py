@@ -9,10 +9,10 @@ import torch
 from agentrl.api.trainer import TrainerSpec
 from agentrl.engine import tiny
 from agentrl.rollout.tasks.toy import generate_toy_tasks
-from agentrl.trainer.batching import TrainSample
+from agentrl.trainer.batching import TrainSample, generated_spans
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import TaskOrder, TaskStream
-from agentrl.trainer.torch_backend import TorchBackend, generated_spans
+from agentrl.trainer.torch_backend import TorchBackend
 from tests.trainer.factories import make_trajectory
 
 

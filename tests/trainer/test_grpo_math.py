@@ -1,12 +1,17 @@
-"""GRPO arithmetic against values worked out by hand."""
+"""GRPO arithmetic against values worked out by hand, through the functions training runs: the
+advantages and zero-variance flags :mod:`agentrl.trainer.batching` builds each step from
+(:mod:`agentrl.trainer.grpo`), and the per-token importance weights, TIS, ICEPOP and effective
+sample size of :mod:`agentrl.trainer.loss` (the loss and its statistics use these)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
-from agentrl.trainer import grpo
+from agentrl.api.trainer import CorrectionMode, OffPolicyCorrection
+from agentrl.trainer import grpo, loss
 
 
 def test_one_success_in_a_group_of_four_gets_advantage_one_and_a_half() -> None:
@@ -28,7 +33,8 @@ def test_groups_are_taken_in_order() -> None:
 
 
 def test_equal_rewards_are_flagged_as_zero_variance_groups() -> None:
-    assert grpo.zero_variance_groups([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], 2) == [True, False, True]
+    groups = [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
+    assert [grpo.zero_variance(g) for g in groups] == [True, False, True]
 
 
 def test_rewards_that_do_not_split_into_groups_are_refused() -> None:
@@ -47,15 +53,29 @@ def test_rewards_that_do_not_split_into_groups_are_refused() -> None:
 def test_effective_sample_size_is_sum_squared_over_n_times_sum_of_squares(
     weights: list[float], expected: float
 ) -> None:
-    assert grpo.effective_sample_size(weights) == pytest.approx(expected)
+    w = torch.tensor(weights, dtype=torch.float64)
+    assert loss.effective_sample_size(w, torch.ones_like(w)) == pytest.approx(expected)
+    # ... and that is the ESS the step reports: weights exp(logp_old − logp_engine) = w.
+    stats = loss.mismatch_statistics(
+        logp_old=torch.log(w),
+        logp_engine=torch.zeros_like(w),
+        mask=torch.ones_like(w),
+        correction=OffPolicyCorrection(mode=CorrectionMode.NONE),
+    )
+    assert stats.ess == pytest.approx(expected)
 
 
 def test_importance_weights_are_exponentiated_logprob_differences() -> None:
-    got = grpo.importance_weights([math.log(2.0), 0.0], [0.0, math.log(4.0)])
-    assert got == pytest.approx([2.0, 0.25])
+    got = loss.mismatch_weights(
+        torch.tensor([math.log(2.0), 0.0], dtype=torch.float64),
+        torch.tensor([0.0, math.log(4.0)], dtype=torch.float64),
+    )
+    assert got.tolist() == pytest.approx([2.0, 0.25])
 
 
 def test_tis_clamps_and_icepop_masks_weights_outside_the_bounds() -> None:
-    weights = [0.1, 1.0, 5.0]
-    assert grpo.truncated_weights(weights, 0.5, 2.0) == [0.5, 1.0, 2.0]
-    assert grpo.icepop_mask(weights, 0.5, 2.0) == [False, True, False]
+    weights = torch.tensor([0.1, 1.0, 5.0], dtype=torch.float64)
+    bounds = OffPolicyCorrection(low=0.5, high=2.0)
+    assert loss.tis_weights(weights, bounds).tolist() == [0.5, 1.0, 2.0]
+    assert loss.icepop_keep(weights, bounds).tolist() == [0.0, 1.0, 0.0]
+    assert loss.outside_bounds(weights, bounds).tolist() == [True, False, True]

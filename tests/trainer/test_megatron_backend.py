@@ -27,11 +27,11 @@ from agentrl.api.trainer import (
     TrainerSpec,
 )
 from agentrl.trainer import megatron_weights
+from agentrl.trainer.batching import TokenSequence
 from agentrl.trainer.hf_config import HFModelConfig, read_hf_config
 from agentrl.trainer.loss import grpo_loss
 from agentrl.trainer.megatron_backend import (
     MegatronBackend,
-    _Sequence,
     initialize_parallel,
     microbatch_weights,
     token_logprobs,
@@ -231,11 +231,11 @@ def test_the_grpo_loss_on_logits_clips_a_ratio_above_one_plus_clip_high(parallel
     assert logits.grad is not None and float(logits.grad.abs().sum()) == 0.0  # clipped: no grad
 
 
-def _seq(index: int, n: int, *, loss: bool = True) -> _Sequence:
-    return _Sequence(
+def _seq(index: int, n: int, *, loss: bool = True) -> TokenSequence:
+    return TokenSequence(
         index=index,
         token_ids=list(range(n + 1)),
-        positions=list(range(1, n + 1)),
+        spans=[(1, n + 1)],
         engine_logprobs=[-1.0] * n,
         advantage=1.0,
         carries_loss=loss,

@@ -12,9 +12,9 @@ import torch
 
 from agentrl.api.trainer import TrainerSpec
 from agentrl.engine import tiny
-from agentrl.trainer.batching import TrainSample, minibatch_bounds
+from agentrl.trainer.batching import TrainSample, generated_spans, minibatch_bounds
 from agentrl.trainer.megatron_backend import shard_minibatches
-from agentrl.trainer.torch_backend import TorchBackend, generated_spans
+from agentrl.trainer.torch_backend import TorchBackend
 from tests.trainer.factories import make_trajectory
 
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28

@@ -15,7 +15,7 @@ from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import TrainSample
 from agentrl.trainer.loop import StepRecord, StepTimes
-from agentrl.trainer.torch_backend import StepStats
+from agentrl.trainer.stats import StepStats
 from tests.trainer.factories import FakeBackend, make_trajectory, step_stats, toy_driver
 
 

@@ -7,7 +7,8 @@ Rules, in order, for each complete group (oldest completion first):
    they have no reward and take no part in the group's statistics.
 2. A group with fewer than two remaining members has no relative signal: dropped.
 3. Advantages are computed over the remaining members
-   (:func:`agentrl.trainer.grpo.group_advantages`).
+   (:func:`agentrl.trainer.grpo.group_advantages`); whether their rewards are all equal by
+   :func:`agentrl.trainer.grpo.zero_variance`.
 4. Members whose class maps to ``mask`` (by default ``agent_timeout``) keep their place in the
    statistics but carry no loss.
 5. Groups whose rewards are all equal follow ``algorithm.zeroVarianceGroups``: ``keep`` (advantage
@@ -16,11 +17,20 @@ Rules, in order, for each complete group (oldest completion first):
 
 Groups are taken until the step holds ``trajectoriesPerStep`` members. Callers:
 :mod:`agentrl.trainer.loop`; the tests build groups by hand.
+
+Then, for the backends, the one token flattener: :func:`token_sequences` gives each sample's
+tokens, the runs of them the policy is scored on (:func:`generated_spans` of the loss mask) and
+the engine's logprobs of those, and :func:`flatten` lays a list of them out one entry per
+scored token (advantage, loss mask, trajectory index), in the order the loss
+(:func:`agentrl.trainer.loss.grpo_loss`) takes them. Both backends use them
+(:mod:`agentrl.trainer.torch_backend` per mini-batch, :mod:`agentrl.trainer.megatron_backend`
+per trajectory), so they score the same tokens in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -59,7 +69,7 @@ def group_samples(group: Group, algorithm: Algorithm) -> tuple[list[TrainSample]
     """Samples of one group and whether its rewards were all equal."""
     members = group.trainable()
     rewards = [t.reward if t.reward is not None else 0.0 for t in members]
-    zero_variance = len(set(rewards)) <= 1
+    zero_variance = grpo.zero_variance(rewards)
     advantages = grpo.group_advantages(rewards, len(members), std_normalize=algorithm.std_normalize)
     mask_group = zero_variance and algorithm.zero_variance_groups == ZeroVariancePolicy.MASK
     samples = [
@@ -134,3 +144,93 @@ def minibatch_bounds(n: int, count: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+# -- from samples to scored tokens -------------------------------------------------------------
+
+
+def generated_spans(loss_mask: Sequence[int], *, start: int = 0) -> list[tuple[int, int]]:
+    """Maximal runs ``[a, b)`` of 1s in a loss mask (the agent's turns), from position
+    ``start`` on."""
+    spans: list[tuple[int, int]] = []
+    run: int | None = None
+    for i in range(start, len(loss_mask)):
+        if loss_mask[i] and run is None:
+            run = i
+        elif not loss_mask[i] and run is not None:
+            spans.append((run, i))
+            run = None
+    if run is not None:
+        spans.append((run, len(loss_mask)))
+    return spans
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One trajectory of a step as a backend feeds it: its tokens and which of them are
+    scored."""
+
+    index: int
+    """Position in the list it came from (its ``seq_index`` in :func:`flatten`)."""
+    token_ids: list[int]
+    spans: list[tuple[int, int]]
+    """Runs ``[a, b)`` of the generated tokens the policy is scored on, in order."""
+    engine_logprobs: list[float]
+    """The engine's logprob of each scored token, in order."""
+    advantage: float
+    carries_loss: bool
+
+    @property
+    def positions(self) -> list[int]:
+        """Indices of the scored tokens in ``token_ids``, in order."""
+        return [j for a, b in self.spans for j in range(a, b)]
+
+
+def token_sequences(
+    samples: Sequence[TrainSample], *, first_position: int = 0
+) -> list[TokenSequence]:
+    """Each sample's tokens and the generated ones among them, from ``first_position`` on: 0
+    for the tiny policy (it scores token 0 from its BOS input), 1 for a GPT fed the trajectory
+    as it is (token ``j`` is predicted from the logits at ``j − 1``; a trajectory always starts
+    with a prompt, so nothing generated is lost)."""
+    out: list[TokenSequence] = []
+    for i, s in enumerate(samples):
+        t = s.trajectory
+        spans = generated_spans(t.loss_mask, start=first_position)
+        out.append(
+            TokenSequence(
+                index=i,
+                token_ids=list(t.token_ids),
+                spans=spans,
+                engine_logprobs=[lp for a, b in spans for lp in t.logprobs[a:b]],
+                advantage=s.advantage,
+                carries_loss=s.carries_loss,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class FlatTokens:
+    """Sequences laid out one entry per scored token, as :func:`~agentrl.trainer.loss.grpo_loss`
+    takes them (the backends make tensors of these lists)."""
+
+    engine_logprobs: list[float]
+    advantages: list[float]
+    """The token's trajectory's advantage."""
+    mask: list[float]
+    """1.0 where the trajectory carries loss, else 0.0."""
+    seq_index: list[int]
+    """Position of the token's trajectory in the flattened list."""
+
+
+def flatten(seqs: Sequence[TokenSequence]) -> FlatTokens:
+    """``seqs``' scored tokens, trajectory after trajectory."""
+    flat = FlatTokens(engine_logprobs=[], advantages=[], mask=[], seq_index=[])
+    for i, s in enumerate(seqs):
+        n = len(s.engine_logprobs)
+        flat.engine_logprobs.extend(s.engine_logprobs)
+        flat.advantages.extend([s.advantage] * n)
+        flat.mask.extend([1.0 if s.carries_loss else 0.0] * n)
+        flat.seq_index.extend([i] * n)
+    return flat

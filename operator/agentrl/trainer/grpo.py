@@ -1,9 +1,11 @@
-"""GRPO arithmetic as plain functions over floats: advantages, zero-variance groups, importance
-weights and their effective sample size.
+"""GRPO arithmetic as plain functions over floats: group-relative advantages and zero-variance
+groups.
 
-No torch here: users call these from notebooks and reward scripts, the capacity simulator calls
-them, and the unit tests check them against values worked out by hand. The differentiable loss
-that consumes their output lives in :mod:`agentrl.trainer.loss`.
+No torch here: users call these from notebooks and reward scripts, and
+:mod:`agentrl.trainer.batching` calls them to build every step's samples; the unit tests check
+them against values worked out by hand. The per-token arithmetic (importance weights, TIS,
+ICEPOP, their effective sample size) is in :mod:`agentrl.trainer.loss`, on the tensors the
+backends train on, with the differentiable loss.
 
 Conventions
 -----------
@@ -11,7 +13,6 @@ Conventions
 * ``std_normalize`` divides by the group's **sample** standard deviation (n − 1 in the
   denominator, as ``torch.std`` does in the GRPO implementations we compare with), plus
   :data:`STD_EPS` so a group with equal rewards yields zeros rather than NaN.
-* Importance weights are ``w = exp(logp_trainer − logp_engine)`` per token.
 """
 
 from __future__ import annotations
@@ -66,42 +67,6 @@ def group_std(group: Sequence[float]) -> float:
     return math.sqrt(sum((r - mean) ** 2 for r in group) / (n - 1))
 
 
-def zero_variance_groups(rewards: Sequence[float], group_size: int) -> list[bool]:
-    """One flag per group: True when all its rewards are equal (it carries no signal)."""
-    return [max(g) == min(g) for g in _groups(rewards, group_size)]
-
-
-def effective_sample_size(weights: Sequence[float]) -> float:
-    """Normalised effective sample size ``(Σw)² / (N·Σw²)`` of importance weights, in (0, 1].
-
-    1 means every sample counts fully (all weights equal); 1/N means one sample dominates.
-    """
-    if not weights:
-        raise ValueError("effective_sample_size needs at least one weight")
-    if any(w < 0 for w in weights):
-        raise ValueError("importance weights are non-negative")
-    total = sum(weights)
-    squares = sum(w * w for w in weights)
-    if squares == 0.0:
-        raise ValueError("all importance weights are zero")
-    return total * total / (len(weights) * squares)
-
-
-def importance_weights(
-    trainer_logprobs: Sequence[float], engine_logprobs: Sequence[float]
-) -> list[float]:
-    """``exp(logp_trainer − logp_engine)`` per token."""
-    if len(trainer_logprobs) != len(engine_logprobs):
-        raise ValueError("trainer and engine logprobs differ in length")
-    return [math.exp(t - e) for t, e in zip(trainer_logprobs, engine_logprobs, strict=False)]
-
-
-def truncated_weights(weights: Sequence[float], low: float, high: float) -> list[float]:
-    """TIS: each weight clamped into ``[low, high]``."""
-    return [min(max(w, low), high) for w in weights]
-
-
-def icepop_mask(weights: Sequence[float], low: float, high: float) -> list[bool]:
-    """ICEPOP: True for tokens whose weight lies in ``[low, high]`` (the others get no
-    gradient)."""
-    return [low <= w <= high for w in weights]
+def zero_variance(group: Sequence[float]) -> bool:
+    """True when all the group's rewards are equal (it carries no relative signal)."""
+    return len(set(group)) <= 1

@@ -57,8 +57,8 @@ from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import StepSelection, select_step
 from agentrl.trainer.buffer import Group, GroupBuffer
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.stats import StepStats
 from agentrl.trainer.stopping import StopRequest
-from agentrl.trainer.torch_backend import StepStats
 from agentrl.trainer.weight_sync import WeightSync
 
 log = logging.getLogger(__name__)

@@ -25,43 +25,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, OffPolicyCorrection
+from agentrl.trainer.stats import LossStats, MismatchStats
 
 
-class LossStats(BaseModel):
-    """What one loss evaluation reports (logged per step)."""
-
-    clip_fraction: float
-    """Share of loss tokens whose clipped term won the PPO minimum (they get no gradient from
-    the surrogate): ratio above 1 + clipHigh with a positive advantage, or below 1 − clipLow
-    with a negative one."""
-    mismatch_abs_mean: float
-    """Mean |logp_old − logp_engine| over loss tokens (trainer vs engine)."""
-    ess: float
-    """Normalised effective sample size of the mismatch weights."""
-    correction_fraction: float
-    """Share of loss tokens whose weight TIS clamped or ICEPOP dropped."""
-    kl: float
-    """Mean low-variance KL to the reference policy (0 when not computed)."""
-    tokens: int
-    """Tokens that carry loss."""
-    ratio_min: float = 1.0
-    """Smallest PPO ratio over loss tokens (1 when there are none)."""
-    ratio_max: float = 1.0
-    """Largest PPO ratio over loss tokens (1 when there are none)."""
+def mismatch_weights(logp_old: torch.Tensor, logp_engine: torch.Tensor) -> torch.Tensor:
+    """The train/inference importance weight ``exp(logp_old − logp_engine)`` per token, without
+    gradient."""
+    return torch.exp(logp_old - logp_engine).detach()
 
 
-class MismatchStats(BaseModel):
-    """Train/inference mismatch over a set of tokens: depends on ``logp_old`` and the engine's
-    logprobs only, so it is the same for every update of a step."""
+def outside_bounds(weights: torch.Tensor, correction: OffPolicyCorrection) -> torch.Tensor:
+    """True for tokens whose weight lies outside ``[low, high]``: those TIS clamps and ICEPOP
+    drops. The one place the bounds are compared: the loss, its statistics and the megatron
+    backend's micro-batch weights all count ICEPOP's tokens with it."""
+    return (weights < correction.low) | (weights > correction.high)
 
-    mismatch_abs_mean: float
-    ess: float
-    correction_fraction: float
-    tokens: int
-    """Tokens of the mask."""
+
+def icepop_keep(weights: torch.Tensor, correction: OffPolicyCorrection) -> torch.Tensor:
+    """ICEPOP's mask in the weights' dtype: 1 for tokens whose weight lies in ``[low, high]``,
+    0 for the others (they get no gradient and leave the aggregation)."""
+    return 1.0 - outside_bounds(weights, correction).to(weights.dtype)
+
+
+def tis_weights(weights: torch.Tensor, correction: OffPolicyCorrection) -> torch.Tensor:
+    """TIS: each weight clamped into ``[low, high]`` (the factor on its token's loss)."""
+    return torch.clamp(weights, correction.low, correction.high)
+
+
+def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
+    """Normalised effective sample size ``(Σw)² / (N·Σw²)`` of the weights of the ``N`` tokens
+    of ``mask``, in (0, 1]: 1 when every weight is equal, 1/N when one dominates."""
+    n = float(mask.sum().clamp_min(1.0))
+    w_masked = weights * mask
+    ess = float(w_masked.sum() ** 2 / (n * (w_masked**2).sum().clamp_min(1e-30)))
+    return min(ess, 1.0)
 
 
 def mismatch_statistics(
@@ -75,13 +74,11 @@ def mismatch_statistics(
     of tokens TIS clamps or ICEPOP drops, over the tokens of ``mask``."""
     mask = mask.to(logp_old.dtype)
     n = float(mask.sum().clamp_min(1.0))
-    weights = torch.exp(logp_old - logp_engine).detach()
-    outside = ((weights < correction.low) | (weights > correction.high)).to(logp_old.dtype)
-    w_masked = weights * mask
-    ess = float(w_masked.sum() ** 2 / (n * (w_masked**2).sum().clamp_min(1e-30)))
+    weights = mismatch_weights(logp_old, logp_engine)
+    outside = outside_bounds(weights, correction).to(logp_old.dtype)
     return MismatchStats(
         mismatch_abs_mean=float(((logp_old - logp_engine).abs() * mask).sum()) / n,
-        ess=min(ess, 1.0),
+        ess=effective_sample_size(weights, mask),
         correction_fraction=float((outside * mask).sum()) / n
         if correction.mode != CorrectionMode.NONE
         else 0.0,
@@ -166,12 +163,11 @@ def grpo_loss(
     was_clipped = (clipped < unclipped).to(logp.dtype)
 
     correction = algorithm.off_policy_correction
-    weights = torch.exp(logp_old - logp_engine).detach()
-    outside = ((weights < correction.low) | (weights > correction.high)).to(logp.dtype)
+    weights = mismatch_weights(logp_old, logp_engine)
     if correction.mode == CorrectionMode.TIS:
-        per_token = per_token * torch.clamp(weights, correction.low, correction.high)
+        per_token = per_token * tis_weights(weights, correction)
     elif correction.mode == CorrectionMode.ICEPOP:
-        mask = mask * (1.0 - outside)
+        mask = mask * icepop_keep(weights, correction).to(logp.dtype)
 
     kl_value = torch.zeros(())
     if logp_ref is not None and algorithm.kl_coef > 0.0:

@@ -16,10 +16,12 @@ What it is made of:
   ``use_distributed_optimizer`` (Adam state sharded over data-parallel ranks), configured from
   ``spec.trainer.optimizer``.
 * **Loss** — :func:`agentrl.trainer.loss.grpo_loss` on token logprobs taken from the logits with
-  megatron's vocab-parallel cross entropy (:func:`token_logprobs`), one micro-batch per
-  trajectory through ``get_forward_backward_func`` (pipeline schedules included). Each
-  micro-batch's loss is weighted so the sum over micro-batches and data-parallel ranks is the
-  mini-batch's loss under ``algorithm.lossAggregation`` (:func:`microbatch_weights`).
+  megatron's vocab-parallel cross entropy (:func:`token_logprobs`), for the tokens the torch
+  backend scores too (:func:`~agentrl.trainer.batching.token_sequences`, from position 1),
+  one micro-batch per trajectory through ``get_forward_backward_func`` (pipeline schedules
+  included). Each micro-batch's loss is weighted so the sum over micro-batches and
+  data-parallel ranks is the mini-batch's loss under ``algorithm.lossAggregation``
+  (:func:`microbatch_weights`).
 * **Mini-batches** — a step is ``algorithm.miniBatches`` optimizer updates per pass, for
   ``algorithm.epochs`` passes (:func:`~agentrl.trainer.batching.minibatch_bounds`: whole
   trajectories, in order), each mini-batch dealt round-robin over the data-parallel ranks
@@ -57,7 +59,6 @@ import shutil
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +67,27 @@ from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
 from agentrl.trainer import megatron_export, megatron_weights
-from agentrl.trainer.batching import TrainSample, minibatch_bounds
+from agentrl.trainer.batching import (
+    TokenSequence,
+    TrainSample,
+    flatten,
+    minibatch_bounds,
+    token_sequences,
+)
 from agentrl.trainer.hf_config import (
     HFModelConfig,
     check_layout,
     optimizer_config_kwargs,
     transformer_config_kwargs,
 )
-from agentrl.trainer.loss import LossStats, combine_updates, grpo_loss, mismatch_statistics
-from agentrl.trainer.torch_backend import StepStats
+from agentrl.trainer.loss import (
+    combine_updates,
+    grpo_loss,
+    icepop_keep,
+    mismatch_statistics,
+    mismatch_weights,
+)
+from agentrl.trainer.stats import LossStats, StepStats
 
 #: Key of the step counter in a checkpoint's common (non-sharded) state.
 ITERATION_KEY = "iteration"
@@ -211,43 +224,8 @@ def token_logprobs(
 # -- one step's data ---------------------------------------------------------------------------
 
 
-@dataclass
-class _Sequence:
-    """One trajectory as a micro-batch: its tokens and where its loss tokens are."""
-
-    index: int
-    """Position in the step (its ``seq_index``)."""
-    token_ids: list[int]
-    positions: list[int]
-    """Indices ``j ≥ 1`` of the loss tokens in ``token_ids`` (predicted from position j − 1)."""
-    engine_logprobs: list[float]
-    advantage: float
-    carries_loss: bool
-
-
-def sequences(samples: Sequence[TrainSample]) -> list[_Sequence]:
-    """The step's trajectories with the positions of their generated tokens, in the same
-    order as the torch backend flattens them."""
-    out = []
-    for i, s in enumerate(samples):
-        t = s.trajectory
-        # Token 0 has no prefix to be predicted from; a trajectory always starts with a prompt.
-        positions = [j for j in range(1, len(t.token_ids)) if t.loss_mask[j]]
-        out.append(
-            _Sequence(
-                index=i,
-                token_ids=list(t.token_ids),
-                positions=positions,
-                engine_logprobs=[t.logprobs[j] for j in positions],
-                advantage=s.advantage,
-                carries_loss=s.carries_loss,
-            )
-        )
-    return out
-
-
 def microbatch_weights(
-    seqs: Sequence[_Sequence], logp_old: Sequence[torch.Tensor], algorithm: Algorithm
+    seqs: Sequence[TokenSequence], logp_old: Sequence[torch.Tensor], algorithm: Algorithm
 ) -> list[float]:
     """Weight of each trajectory's own aggregated loss in the step's loss.
 
@@ -265,8 +243,8 @@ def microbatch_weights(
             continue
         keep = torch.ones_like(old)
         if correction.mode == CorrectionMode.ICEPOP:
-            w = torch.exp(old - torch.tensor(seq.engine_logprobs, dtype=old.dtype))
-            keep = ((w >= correction.low) & (w <= correction.high)).to(old.dtype)
+            engine = torch.tensor(seq.engine_logprobs, dtype=old.dtype)
+            keep = icepop_keep(mismatch_weights(old, engine), correction)
         counts.append(float(keep.sum()))
     if algorithm.loss_aggregation == LossAggregation.TOKEN_MEAN:
         total = sum(counts)
@@ -276,7 +254,7 @@ def microbatch_weights(
 
 
 def step_statistics(
-    seqs: Sequence[_Sequence],
+    seqs: Sequence[TokenSequence],
     logp_old: Sequence[torch.Tensor],
     parts: Sequence[LossStats],
     algorithm: Algorithm,
@@ -284,11 +262,10 @@ def step_statistics(
     """The step's :class:`LossStats` from per-trajectory ones (of every update): the mismatch
     statistics are recomputed over the whole step (ESS is not additive), clip fraction and KL
     are averaged weighted by loss tokens."""
-    mask = torch.cat(
-        [torch.full((len(s.positions),), float(s.carries_loss)) for s in seqs]
-    ).double()
+    flat = flatten(seqs)
+    mask = torch.tensor(flat.mask, dtype=torch.float64)
     old = torch.cat([o.double() for o in logp_old])
-    engine = torch.cat([torch.tensor(s.engine_logprobs, dtype=torch.float64) for s in seqs])
+    engine = torch.tensor(flat.engine_logprobs, dtype=torch.float64)
     mismatch = mismatch_statistics(
         logp_old=old, logp_engine=engine, mask=mask, correction=algorithm.off_policy_correction
     )
@@ -628,7 +605,7 @@ class MegatronBackend:
         return self.device
 
     def _run(
-        self, model: Any, seqs: Sequence[_Sequence], *, forward_only: bool, loss_fn: Any
+        self, model: Any, seqs: Sequence[TokenSequence], *, forward_only: bool, loss_fn: Any
     ) -> None:
         """Every sequence through ``model`` as one micro-batch, calling ``loss_fn(seq, logp)``
         with its loss tokens' logprobs on the last pipeline stage."""
@@ -637,7 +614,7 @@ class MegatronBackend:
         device = self._require_device()
         length = max(len(s.token_ids) for s in seqs)
 
-        def forward_step(data: Iterator[_Sequence], module: Any) -> tuple[Any, Any]:
+        def forward_step(data: Iterator[TokenSequence], module: Any) -> tuple[Any, Any]:
             seq = next(data)
             ids = torch.zeros(1, length, dtype=torch.long, device=device)
             ids[0, : len(seq.token_ids)] = torch.tensor(seq.token_ids, device=device)
@@ -665,10 +642,10 @@ class MegatronBackend:
             forward_only=forward_only,
         )
 
-    def _logprobs(self, model: Any, seqs: Sequence[_Sequence]) -> list[torch.Tensor]:
+    def _logprobs(self, model: Any, seqs: Sequence[TokenSequence]) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
 
-        def keep(_: _Sequence, lp: torch.Tensor) -> torch.Tensor:
+        def keep(_: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
             out.append(lp.detach().float())
             return lp.sum() * 0.0
 
@@ -681,7 +658,8 @@ class MegatronBackend:
         algorithm = self.spec.algorithm
         last_stage = self.ps.is_pipeline_last_stage()
         dp = self.ps.get_data_parallel_world_size()
-        all_seqs = sequences(samples)
+        # Token j is predicted from the logits at j − 1: token 0 is never scored.
+        all_seqs = token_sequences(samples, first_position=1)
         shards = [
             [all_seqs[i] for i in shard]
             for shard in shard_minibatches(
@@ -758,7 +736,7 @@ class MegatronBackend:
 
     def _update(
         self,
-        shard: Sequence[_Sequence],
+        shard: Sequence[TokenSequence],
         old_by_index: dict[int, torch.Tensor],
         ref_by_index: dict[int, torch.Tensor],
         weights: dict[int, float],
@@ -771,15 +749,15 @@ class MegatronBackend:
         dp = self.ps.get_data_parallel_world_size()
         losses: list[float] = []
 
-        def grpo(seq: _Sequence, lp: torch.Tensor) -> torch.Tensor:
-            n = len(seq.positions)
+        def grpo(seq: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
+            flat = flatten([seq])
             loss, stats = grpo_loss(
                 logp=lp,
                 logp_old=old_by_index[seq.index].to(device),
-                logp_engine=torch.tensor(seq.engine_logprobs, device=device),
-                advantages=torch.full((n,), seq.advantage, device=device),
-                mask=torch.full((n,), float(seq.carries_loss), device=device),
-                seq_index=torch.zeros(n, dtype=torch.long, device=device),
+                logp_engine=torch.tensor(flat.engine_logprobs, device=device),
+                advantages=torch.tensor(flat.advantages, device=device),
+                mask=torch.tensor(flat.mask, device=device),
+                seq_index=torch.tensor(flat.seq_index, dtype=torch.long, device=device),
                 num_seqs=1,
                 algorithm=algorithm,
                 logp_ref=ref_by_index[seq.index].to(device) if ref_by_index else None,

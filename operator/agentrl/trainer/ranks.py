@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentrl.trainer.batching import TrainSample
-from agentrl.trainer.torch_backend import StepStats
+from agentrl.trainer.stats import StepStats
 from agentrl.trainer.weight_sync import SyncReport
 
 T = TypeVar("T")

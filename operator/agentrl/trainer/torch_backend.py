@@ -8,6 +8,8 @@ one per mini-batch (``algorithm.miniBatches``, whole trajectories in order) and 
 exactly 1; every later one is off-policy with respect to the old logprobs and can be clipped.
 The old logprobs of a mini-batch are recomputed in the same forward batch the update uses, so
 that ratio of exactly 1 is not blurred by a different batching of the same arithmetic.
+The scored tokens come from :func:`agentrl.trainer.batching.token_sequences` and
+:func:`~agentrl.trainer.batching.flatten`, as in the megatron backend.
 The megatron backend (:mod:`agentrl.trainer.megatron_backend`) has the same surface.
 
 Callers: :mod:`agentrl.trainer.loop`.
@@ -23,42 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 
 from agentrl.api.trainer import TrainerSpec
 from agentrl.engine import tiny
+from agentrl.trainer import batching
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
-from agentrl.trainer.loss import LossStats, combine_updates, grpo_loss, mismatch_statistics
-
-
-class StepStats(BaseModel):
-    """What a backend reports for one step."""
-
-    loss: float
-    """Mean of the updates' losses."""
-    grad_norm: float
-    """Mean of the updates' gradient norms (before clipping)."""
-    loss_stats: LossStats
-    """The step's statistics (:func:`~agentrl.trainer.loss.combine_updates`)."""
-    recompute_seconds: float
-    update_seconds: float
-    updates: list[LossStats] = Field(default_factory=list)
-    """Each optimizer update's statistics, in order: mini-batch by mini-batch, pass by pass."""
-
-
-def generated_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
-    """Maximal runs ``[a, b)`` of 1s in a loss mask (the agent's turns)."""
-    spans: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, m in enumerate(loss_mask):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    if start is not None:
-        spans.append((start, len(loss_mask)))
-    return spans
+from agentrl.trainer.loss import combine_updates, grpo_loss, mismatch_statistics
+from agentrl.trainer.stats import LossStats, StepStats
 
 
 @dataclass
@@ -102,30 +75,19 @@ class TorchBackend:
         return torch.cat(tiny.batch_logprobs(model, items, temperature=self.temperature))
 
     def _prepare(self, samples: Sequence[TrainSample]) -> _MiniBatch:
-        items = [
-            (list(s.trajectory.token_ids), generated_spans(s.trajectory.loss_mask)) for s in samples
-        ]
-        engine_lp: list[float] = []
-        advantages: list[float] = []
-        mask: list[float] = []
-        seq_index: list[int] = []
-        for i, (s, (_, spans)) in enumerate(zip(samples, items, strict=True)):
-            n = sum(b - a for a, b in spans)
-            for a, b in spans:
-                engine_lp.extend(s.trajectory.logprobs[a:b])
-            advantages.extend([s.advantage] * n)
-            mask.extend([1.0 if s.carries_loss else 0.0] * n)
-            seq_index.extend([i] * n)
+        seqs = batching.token_sequences(samples)
+        items = [(s.token_ids, s.spans) for s in seqs]
+        flat = batching.flatten(seqs)
         with torch.no_grad():
             logp_old = self._logprobs(self.model, items)
             logp_ref = self._logprobs(self.reference, items) if self.reference is not None else None
         dtype = logp_old.dtype
         return _MiniBatch(
             items=items,
-            engine_lp=torch.tensor(engine_lp, dtype=dtype),
-            advantages=torch.tensor(advantages, dtype=dtype),
-            mask=torch.tensor(mask, dtype=dtype),
-            seq_index=torch.tensor(seq_index, dtype=torch.long),
+            engine_lp=torch.tensor(flat.engine_logprobs, dtype=dtype),
+            advantages=torch.tensor(flat.advantages, dtype=dtype),
+            mask=torch.tensor(flat.mask, dtype=dtype),
+            seq_index=torch.tensor(flat.seq_index, dtype=torch.long),
             logp_old=logp_old,
             logp_ref=logp_ref,
         )
