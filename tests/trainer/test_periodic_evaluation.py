@@ -20,8 +20,8 @@ from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.evaluation import PeriodicEvaluation
 from agentrl.trainer.loop import EVAL_PASS_AT_1, TaskOrder, TaskStream, TrainingDriver
 from agentrl.trainer.progress import FakeProgressReporter, ProgressTracker
-from tests.trainer.factories import make_trajectory
-from tests.trainer.test_staleness_bound import _Backend, _Sync
+from tests.trainer.factories import FakeSync, make_trajectory
+from tests.trainer.test_staleness_bound import _Backend
 
 
 class _Runner:
@@ -110,7 +110,7 @@ async def test_evaluations_run_at_the_start_and_every_interval_and_are_never_tra
         backend=backend,
         source=scheduler,
         admission=admission,
-        weight_sync=_Sync(),
+        weight_sync=FakeSync(),
         checkpoints=CheckpointStore(tmp_path / "checkpoints"),
         stream=stream,
         state=state,
