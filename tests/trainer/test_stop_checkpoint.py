@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,12 @@ from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer.batching import TrainSample
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import TaskOrder, TaskStream, TrainingDriver
-from agentrl.trainer.stopping import STOPPED_EXIT_CODE, StopRequest, on_stop_signals
+from agentrl.trainer.stopping import (
+    STOPPED_EXIT_CODE,
+    StopRequest,
+    ignore_stop,
+    on_stop_signals,
+)
 from tests.trainer.factories import FakeBackend, make_trajectory, toy_driver
 
 TASKS = generate_toy_tasks(0)[:10]
@@ -185,3 +191,29 @@ def test_a_stopped_trainer_exits_143_so_a_deleted_pod_is_never_a_completed_index
     )  # fmt: skip
     assert built.exit_code == 0
     assert built.model_copy(update={"stopped": "SIGTERM"}).exit_code == 143 == STOPPED_EXIT_CODE
+
+
+def test_ignore_stop_sets_the_handler_on_the_main_thread_and_leaves_it_from_another() -> None:
+    # a process may run a Ray node's join in a thread (the two-node placement test does):
+    # signal.signal raises ValueError there, and the main thread's disposition must stay
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        errors: list[BaseException] = []
+
+        def on_thread() -> None:
+            try:
+                ignore_stop()
+            except BaseException as exc:  # the test reports what was raised
+                errors.append(exc)
+
+        thread = threading.Thread(target=on_thread)
+        thread.start()
+        thread.join()
+        assert errors == []
+        assert signal.getsignal(signal.SIGTERM) is previous
+        ignore_stop()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler) and handler is not previous
+        assert handler not in (signal.SIG_IGN, signal.SIG_DFL)  # Ray's children must not inherit
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,10 @@ def ignore_stop() -> None:
     """The stop signals do nothing to this process from now on (a rank that only follows the
     driver, a Ray node of another pod): it ends when the driver releases it, or with SIGKILL.
     A handler that does nothing rather than SIG_IGN, which the processes it starts (Ray's)
-    would inherit."""
+    would inherit. Only the main thread can set handlers: called on another thread (a process
+    that runs a node in a thread beside others, as the tests do) it leaves them as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     for sig in STOP_SIGNALS:
         signal.signal(sig, _ignored)
 
