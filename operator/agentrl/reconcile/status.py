@@ -457,7 +457,8 @@ def _sub_status(
     )
     rollout = (
         RolloutStatus(
-            trajectories_per_hour=progress.trajectories_per_hour,
+            # one decimal: the figure is a printer column (Traj/h), not a raw float
+            trajectories_per_hour=round(progress.trajectories_per_hour, 1),
             mean_reward=progress.mean_reward,
             infra_error_rate=progress.infra_error_rate,
             truncated_rate=progress.truncated_rate,
