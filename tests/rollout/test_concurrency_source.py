@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -184,9 +185,9 @@ async def test_the_scheduler_follows_the_configmap_watched_through_the_api_serve
         await until(lambda: scheduler.concurrency == 1)
 
 
-async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
-    tmp_path: Path,
-) -> None:
+def _worker_1_of_2(source: RuntimeFileSource) -> contextlib.AbstractAsyncContextManager[Any]:
+    """``open_rollout`` of the second of two rollout workers of a job whose spec asks for a
+    sandbox concurrency of 6 (a share of 3 each), with no task, following ``source``."""
     from agentrl.api import AgentRLJob
     from agentrl.rollout.agent import WordTurnTokenizer
     from agentrl.rollout.runtime import open_rollout
@@ -200,9 +201,7 @@ async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
             "spec": {"model": {"source": {"path": "tiny"}}, "sandbox": {"concurrency": 6}},
         }
     )
-    path = tmp_path / "runtime.yaml"
-    source = RuntimeFileSource(path, poll_seconds=0.01)  # not mounted yet
-    async with open_rollout(
+    return open_rollout(
         job.spec,
         provider=FakeProvider(),
         engine_urls=["http://127.0.0.1:9"],  # never called: there are no tasks
@@ -211,7 +210,15 @@ async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
         worker_index=1,
         tokenizer=WordTurnTokenizer(),
         concurrency_source=source,
-    ) as scheduler:
+    )
+
+
+async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runtime.yaml"
+    source = RuntimeFileSource(path, poll_seconds=0.01)  # not mounted yet
+    async with _worker_1_of_2(source) as scheduler:
         assert scheduler.concurrency == 3  # the spec's 6 over 2 workers
         write_like_the_kubelet(path, runtime_yaml(10, workers=2))
         await until(lambda: scheduler.concurrency == 5)  # 10 over 2 workers
@@ -247,29 +254,7 @@ class _NeverChanges(RuntimeFileSource):
 async def test_open_rollout_starts_from_the_in_effect_share_before_the_first_reading(
     tmp_path: Path,
 ) -> None:
-    from agentrl.api import AgentRLJob
-    from agentrl.rollout.agent import WordTurnTokenizer
-    from agentrl.rollout.runtime import open_rollout
-    from agentrl.sandbox.fake import FakeProvider
-
-    job = AgentRLJob.model_validate(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": "swe"},
-            "spec": {"model": {"source": {"path": "tiny"}}, "sandbox": {"concurrency": 6}},
-        }
-    )
     path = tmp_path / "runtime.yaml"
     path.write_text(runtime_yaml(2, workers=2))  # a quota admits 2 of the spec's 6
-    async with open_rollout(
-        job.spec,
-        provider=FakeProvider(),
-        engine_urls=["http://127.0.0.1:9"],  # never called: there are no tasks
-        tasks=[],
-        workers=2,
-        worker_index=1,
-        tokenizer=WordTurnTokenizer(),
-        concurrency_source=_NeverChanges(path),
-    ) as scheduler:
+    async with _worker_1_of_2(_NeverChanges(path)) as scheduler:
         assert scheduler.concurrency == 1  # 2 over 2 workers, not the spec's 3
