@@ -31,6 +31,8 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.registry import CollectorRegistry
 
+from agentrl.rollout.metrics_export import SAMPLE_SUFFIXES
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "agentrl"
 DASHBOARD = ROOT / "charts" / "agentrl" / "dashboards" / "agentrl.json"
@@ -39,17 +41,6 @@ DASHBOARD = ROOT / "charts" / "agentrl" / "dashboards" / "agentrl.json"
 #: the SGLang environment, not in our processes.
 NOT_EXPORTERS = {"agentrl.devcluster.sglang_probe"}
 
-#: Sample names of one family, by type (the text exposition format).
-SUFFIXES = {
-    "counter": ("_total",),
-    "gauge": ("",),
-    "histogram": ("_bucket", "_count", "_sum"),
-    "summary": ("", "_count", "_sum"),
-    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
-    "info": ("_info",),
-    "stateset": ("",),
-    "unknown": ("",),
-}
 
 # ---- PromQL: the metric names an expression selects -------------------------------------------
 
@@ -163,7 +154,7 @@ def _ours() -> dict[str, str]:
     for source, registry in registries:
         for family in registry.collect():
             if family.name.startswith("agentrl_"):
-                for suffix in SUFFIXES[family.type]:
+                for suffix in SAMPLE_SUFFIXES[family.type]:
                     out[family.name + suffix] = source
     return out
 
@@ -193,7 +184,7 @@ def _label_names() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for metric in objects:
         for family in metric.describe():
-            for suffix in SUFFIXES[family.type]:
+            for suffix in SAMPLE_SUFFIXES[family.type]:
                 out[family.name + suffix] = set(metric._labelnames)
     return out
 

@@ -69,7 +69,7 @@ WORKER_LABEL: Final = "worker"
 EXPORTED_WORKER_LABEL: Final = "exported_worker"
 
 #: Sample name suffixes a family of each type may carry in a snapshot (``_created`` excluded).
-_SUFFIXES: Final[dict[str, tuple[str, ...]]] = {
+SAMPLE_SUFFIXES: Final[dict[str, tuple[str, ...]]] = {
     "counter": ("_total",),
     "gauge": ("",),
     "histogram": ("_bucket", "_count", "_sum"),
@@ -154,9 +154,9 @@ def _worker_labels(labels: Mapping[str, Any], worker: str) -> dict[str, str]:
 
 def _parse_family(worker: str, entry: Mapping[str, Any]) -> _Family:
     name, typ = entry["name"], entry["type"]
-    if typ not in _SUFFIXES:
+    if typ not in SAMPLE_SUFFIXES:
         raise ValueError(f"family {name}: unknown type {typ!r}")
-    allowed = {name + suffix for suffix in _SUFFIXES[typ]}
+    allowed = {name + suffix for suffix in SAMPLE_SUFFIXES[typ]}
     samples = []
     for sample in entry["samples"]:
         if sample["name"] not in allowed:

@@ -60,18 +60,25 @@ TRAJECTORIES = Counter("agentrl_trainer_trajectories_total", "Trajectories train
 TOKENS = Counter("agentrl_trainer_tokens_total", "Trajectory tokens trained on.")
 
 
+#: Each gauge and the :class:`StepRecord` field it shows.
+_GAUGE_FIELDS: tuple[tuple[Gauge, str], ...] = (
+    (REWARD_MEAN, "reward_mean"),
+    (PASS_RATE, "pass_rate"),
+    (LOSS, "loss"),
+    (GRAD_NORM, "grad_norm"),
+    (CLIP_FRACTION, "clip_fraction"),
+    (MISMATCH, "mismatch_abs_mean"),
+    (ESS, "ess"),
+    (CORRECTION_FRACTION, "correction_fraction"),
+    (ZERO_VARIANCE_SHARE, "zero_variance_share"),
+    (STALENESS_MEAN, "staleness_mean"),
+    (IN_FLIGHT, "in_flight"),
+)
+
+
 def observe(record: StepRecord) -> None:
     """Set the gauges to ``record``'s figures and add its trajectories and tokens."""
-    REWARD_MEAN.set(record.reward_mean)
-    PASS_RATE.set(record.pass_rate)
-    LOSS.set(record.loss)
-    GRAD_NORM.set(record.grad_norm)
-    CLIP_FRACTION.set(record.clip_fraction)
-    MISMATCH.set(record.mismatch_abs_mean)
-    ESS.set(record.ess)
-    CORRECTION_FRACTION.set(record.correction_fraction)
-    ZERO_VARIANCE_SHARE.set(record.zero_variance_share)
-    STALENESS_MEAN.set(record.staleness_mean)
-    IN_FLIGHT.set(record.in_flight)
+    for gauge, name in _GAUGE_FIELDS:
+        gauge.set(getattr(record, name))
     TRAJECTORIES.inc(record.trajectories)
     TOKENS.inc(record.tokens)
