@@ -12,7 +12,13 @@ import pytest
 
 from agentrl.api import AgentRLJobSpec
 from agentrl.engine.client import EngineClient
-from agentrl.rollout.runtime import engine_pool_size, open_rollout, worker_concurrency
+from agentrl.rollout.concurrency_source import RuntimeFileSource
+from agentrl.rollout.runtime import (
+    engine_pool_size,
+    open_rollout,
+    provider_limit,
+    worker_concurrency,
+)
 from agentrl.sandbox.fake import FakeProvider
 
 
@@ -73,6 +79,45 @@ async def test_open_rollout_gives_every_engine_a_client_sized_from_the_spec() ->
         assert scheduler.concurrency == 100
     # 300 over 3 workers: 100 episodes, one open LLM call each at most, + 4 control.
     assert RecordingClient.made == [(urls[0], 104, 77.0), (urls[1], 104, 77.0)]
+
+
+def _e2b_spec(concurrency: int, max_concurrent: int) -> AgentRLJobSpec:
+    return AgentRLJobSpec.model_validate(
+        {
+            "model": {"source": {"path": "tiny"}},
+            "sandbox": {
+                "provider": "e2b",
+                "concurrency": concurrency,
+                "e2b": {"apiKeySecretRef": {"name": "e2b"}, "maxConcurrent": max_concurrent},
+            },
+        }
+    )
+
+
+def test_the_e2b_plan_limit_is_applied_here_only_without_the_operators_figure(
+    tmp_path: Any,
+) -> None:
+    spec = _e2b_spec(concurrency=384, max_concurrent=100)
+    # One machine (no operator): this process applies the plan's 100, split over 3 workers.
+    assert provider_limit(spec) == 100
+    assert provider_limit(spec, 3) == 34  # ceil(100 / 3)
+    # A cluster: the operator's in-effect figure already carries it (reconcile.concurrency).
+    source = RuntimeFileSource(tmp_path / "runtime.yaml")
+    assert provider_limit(spec, 3, source) is None
+    # Providers without a limit of their own.
+    assert provider_limit(_spec(concurrency=384, running=64, workers=1)) is None
+
+
+async def test_open_rollout_on_one_machine_caps_at_the_e2b_plan() -> None:
+    spec = _e2b_spec(concurrency=384, max_concurrent=100)
+    async with open_rollout(
+        spec,
+        provider=FakeProvider(),
+        engine_urls=["http://127.0.0.1:1"],
+        tasks=[],
+        tokenizer=_NoTokenizer(),
+    ) as scheduler:
+        assert (scheduler.concurrency, scheduler.effective_concurrency) == (384, 100)
 
 
 class _NoTokenizer:

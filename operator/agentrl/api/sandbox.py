@@ -136,6 +136,14 @@ class SandboxSpec(ManifestModel):
     pre_pull: PrePullSpec = Field(default_factory=PrePullSpec)
     """Image pre-pulling on sandbox nodes."""
 
+    def provider_cap(self) -> tuple[int, str] | None:
+        """The provider's own limit on live sandboxes and the field that sets it (E2B's plan:
+        ``e2b.maxConcurrent``), or None when the provider has none. Applied once: by the
+        operator into the figure in effect on a cluster, by ``agentrl run`` on one machine."""
+        if self.provider == SandboxProvider.E2B and self.e2b is not None:
+            return self.e2b.max_concurrent, "spec.sandbox.e2b.maxConcurrent"
+        return None
+
     cel_rules = (
         Rule(
             cel="self.provider != 'e2b' || has(self.e2b)",

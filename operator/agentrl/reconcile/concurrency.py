@@ -64,8 +64,9 @@ def capped_concurrency(
     sandbox = job.spec.sandbox
     desired = sandbox.concurrency
     found: list[tuple[int, str]] = []
-    if sandbox.provider == SandboxProvider.E2B and sandbox.e2b is not None:
-        found.append((sandbox.e2b.max_concurrent, "spec.sandbox.e2b.maxConcurrent"))
+    provider_cap = sandbox.provider_cap()
+    if provider_cap is not None:
+        found.append(provider_cap)
     if sandbox.provider == SandboxProvider.KUBERNETES:
         room = sandbox_room(job, quotas, sandboxes_in_use=sandboxes_in_use)
         if room is not None:

@@ -937,7 +937,7 @@ async def open_remote_rollout(
             ),
             group_size=spec.rollout.group_size,
             admission=admission,
-            provider_limit=provider_limit(spec),
+            provider_limit=provider_limit(spec, source=concurrency_source),
             batch_size=spec.trainer.trajectories_per_step,
         )
         async with following(concurrency_source, scheduler, whole=True), scheduler:

@@ -25,7 +25,6 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from agentrl.api.job import AgentRLJobSpec
-from agentrl.api.sandbox import SandboxProvider as ProviderName
 from agentrl.engine.client import CONTROL_CONNECTIONS, EngineClient, connection_pool_size
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
@@ -167,12 +166,17 @@ async def open_episode_runner(
             await client.close()
 
 
-def provider_limit(spec: AgentRLJobSpec, workers: int = 1) -> int | None:
-    """This scheduler's share of the provider's own limit on live sandboxes (E2B's plan
-    limit), or None when the provider has none."""
-    if spec.sandbox.provider == ProviderName.E2B and spec.sandbox.e2b is not None:
-        return math.ceil(spec.sandbox.e2b.max_concurrent / workers)
-    return None
+def provider_limit(
+    spec: AgentRLJobSpec, workers: int = 1, source: ConcurrencySource | None = None
+) -> int | None:
+    """This scheduler's share of the provider's own limit on live sandboxes (E2B's plan,
+    :meth:`~agentrl.api.sandbox.SandboxSpec.provider_cap`), or None when the provider has none
+    or a ``source`` follows the operator's in-effect figure, which already applies it (it is
+    applied once: by the operator on a cluster, here on one machine)."""
+    cap = spec.sandbox.provider_cap()
+    if cap is None or source is not None:
+        return None
+    return math.ceil(cap[0] / workers)
 
 
 @contextlib.asynccontextmanager
@@ -217,7 +221,7 @@ async def open_rollout(
             concurrency=start,
             group_size=spec.rollout.group_size,
             admission=admission,
-            provider_limit=provider_limit(spec, workers),
+            provider_limit=provider_limit(spec, workers, concurrency_source),
             batch_size=spec.trainer.trajectories_per_step,
         )
         async with (

@@ -3,8 +3,9 @@ finished trajectories to whoever trains on them.
 
 * Concurrency is live: :meth:`RolloutScheduler.set_concurrency` raises it (more episodes start at
   once) or lowers it (running episodes finish; fewer are admitted). Nothing is ever killed to
-  honour a lower number. The effective number is ``min(configured, provider limit)`` (E2B's plan
-  limit), and both are exported.
+  honour a lower number. The effective number is ``min(configured, provider limit)``, and both
+  are exported; the provider limit (E2B's plan) is given only where no operator applied it
+  already (``agentrl run``: :func:`agentrl.rollout.runtime.provider_limit`).
 * Every episode start goes through admission control (:mod:`agentrl.rollout.admission`): the
   trainer's staleness bound holds new episodes back, it never throws finished ones away.
 * Episodes of a task start as a GRPO group (``rollout.groupSize`` episodes, one ``group_id``);
@@ -196,7 +197,8 @@ class RolloutScheduler:
         self.runner = runner
         self.admission: Admission = admission or OpenAdmission()
         self.provider_limit = provider_limit
-        """The provider's own limit on live sandboxes (E2B plan), or None."""
+        """The provider's own limit on live sandboxes (E2B plan), or None (on a cluster the
+        operator's in-effect figure already applies it)."""
         self.batch_size = batch_size
         """Episodes per long-tail batch (``trainer.trajectoriesPerStep``); None disables it."""
         self.export_metrics = export_metrics
