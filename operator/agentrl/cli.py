@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
     "run": "agentrl.local.cli:run",
     "plan": "agentrl.sim.cli:plan",
     "engine": "agentrl.engine.cli:engine",
-    "tasks": "agentrl.rollout.cli:tasks",
+    "tasks": "agentrl.rollout.tasks.cli:tasks",
     "trainer": "agentrl.trainer.cli:trainer",
     "ray": "agentrl.ray_node.cli:ray",
 }

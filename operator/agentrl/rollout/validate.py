@@ -11,7 +11,7 @@ patch goes in as the harness applies a prediction: each of its patch commands in
 between tries, and a final ``git apply --check --reverse`` accepting a patch that is in although
 every command complained. SWE-smith's reference reverts the bug patch.
 
-Callers: :mod:`agentrl.rollout.cli` and tests.
+Callers: :mod:`agentrl.rollout.tasks.cli` and tests.
 """
 
 from __future__ import annotations

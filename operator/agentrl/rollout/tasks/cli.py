@@ -1,7 +1,7 @@
 """``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes, list a
 dataset's images for pre-pulling.
 
-Callers: the CLI root (``agentrl.cli`` names ``agentrl.rollout.cli:tasks``).
+Callers: the CLI root (``agentrl.cli`` names ``agentrl.rollout.tasks.cli:tasks``).
 """
 
 from __future__ import annotations
