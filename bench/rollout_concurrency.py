@@ -875,6 +875,11 @@ class ScheduledConcurrency:
         self._start = start
         self._began.set()
 
+    async def current(self) -> Any:
+        from agentrl.rollout.concurrency_source import InEffect
+
+        return InEffect(concurrency=self.initial)
+
     async def changes(self) -> Any:
         from agentrl.rollout.concurrency_source import InEffect
 

@@ -224,23 +224,72 @@ async def test_open_rollout_starts_from_the_spec_share_then_follows_the_source(
         await until(lambda: scheduler.concurrency == 5)  # 10 over 2 workers
 
 
-def test_a_scheduler_starts_from_the_figure_in_effect_when_the_file_already_holds_one(
+async def test_a_scheduler_starts_from_the_figure_in_effect_when_the_file_already_holds_one(
     tmp_path: Path,
 ) -> None:
     from agentrl.rollout.runtime import starting_concurrency
 
     path = tmp_path / "runtime.yaml"
-    # not mounted yet, or a watch not opened yet: the spec's share until the first reading
-    assert starting_concurrency(3, RuntimeFileSource(path)) == 3
-    assert starting_concurrency(3, ConfigMapSource("ns", "swe-config")) == 3
-    assert starting_concurrency(3, None) == 3
+    # not mounted yet: the spec's share until the first reading
+    assert await starting_concurrency(3, RuntimeFileSource(path)) == 3
+    assert await starting_concurrency(3, None) == 3
     path.write_text("not: [yaml")
-    assert starting_concurrency(3, RuntimeFileSource(path)) == 3
+    assert await starting_concurrency(3, RuntimeFileSource(path)) == 3
     # a quota holds the job at 3 of 6 over 2 workers: worker 1 starts at 1, not the spec's 3
     path.write_text(runtime_yaml(3, workers=2))
-    assert starting_concurrency(3, RuntimeFileSource(path), worker_index=1) == 1
-    assert starting_concurrency(3, RuntimeFileSource(path), worker_index=0) == 2
-    assert starting_concurrency(6, RuntimeFileSource(path), whole=True) == 3
+    assert await starting_concurrency(3, RuntimeFileSource(path), worker_index=1) == 1
+    assert await starting_concurrency(3, RuntimeFileSource(path), worker_index=0) == 2
+    assert await starting_concurrency(6, RuntimeFileSource(path), whole=True) == 3
+
+
+async def test_a_configmap_source_that_cannot_be_read_starts_from_the_spec_share(
+    tmp_path: Path,
+) -> None:
+    from agentrl.rollout.runtime import starting_concurrency
+
+    # a kubeconfig pointing at nothing: the GET fails, the spec's share until the watch answers
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    source = ConfigMapSource("ns", "swe-config", kubeconfig=str(kubeconfig))
+    assert await source.current() is None
+    assert await starting_concurrency(3, source) == 3
+
+
+@pytest.mark.apiserver
+async def test_a_worker_watching_the_configmap_starts_from_the_figure_in_effect(
+    cluster: ClusterHandle, kubectl: Kubectl
+) -> None:
+    from agentrl.rollout.runtime import starting_concurrency
+
+    # a quota holds the job at 3 of 6 over 2 workers, as the operator wrote it
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "swe-start-config"},
+            "data": {"runtime.yaml": runtime_yaml(3, workers=2)},
+        }
+    )
+    source = ConfigMapSource(
+        kubectl.namespace or "default", "swe-start-config", kubeconfig=str(cluster.kubeconfig)
+    )
+    assert await source.current() == InEffect(concurrency=3, workers=2)
+    assert await starting_concurrency(3, source, worker_index=1) == 1  # not the spec's 3
+    absent = ConfigMapSource(
+        kubectl.namespace or "default", "no-such-config", kubeconfig=str(cluster.kubeconfig)
+    )
+    assert await starting_concurrency(3, absent, worker_index=1) == 3
 
 
 class _NeverChanges(RuntimeFileSource):

@@ -17,8 +17,8 @@ sources read it:
 
 :func:`follow` turns either into :meth:`RolloutScheduler.set_concurrency` calls with this
 worker's share (:func:`split_concurrency`). ``open_rollout`` starts from the share of the figure
-in effect when the mounted file already holds one (:func:`current_figures`), else from the
-spec's, until the source's first reading. A figure that
+in effect when the source can already tell it (``current()``: the mounted file, or one GET of
+the ConfigMap), else from the spec's, until the source's first reading. A figure that
 cannot be read leaves the last one in effect: a torn or invalid file must never stop the
 rollout tier (0) or unleash it.
 
@@ -47,6 +47,8 @@ MOUNTED_RUNTIME_FILE = "/etc/agentrl/runtime.yaml"
 FILE_POLL_SECONDS = 2.0
 #: First wait before re-opening a broken ConfigMap watch; doubles up to 30 s.
 WATCH_RETRY_SECONDS = 1.0
+#: How long a worker waits for the ConfigMap's figure before it starts from the spec's share.
+CURRENT_READ_SECONDS = 10.0
 
 
 class InEffect(BaseModel):
@@ -64,6 +66,11 @@ class ConcurrencySource(Protocol):
     """Yields the in-effect figures: the current ones first, then each change."""
 
     def changes(self) -> AsyncIterator[InEffect]: ...
+
+    async def current(self) -> InEffect | None:
+        """The figures in effect now, read once without waiting for a change; None when they
+        cannot be read yet (a file not mounted or not valid, an API server not answering)."""
+        ...
 
 
 def parse_runtime(text: str) -> InEffect:
@@ -112,18 +119,12 @@ class RuntimeFileSource:
                     logger.warning("%s (keeping the last figure)", exc)
             await asyncio.sleep(self.poll_seconds)
 
-
-def current_figures(source: ConcurrencySource) -> InEffect | None:
-    """The figures in effect now, before ``source`` yields its first change: the mounted file's
-    content for a :class:`RuntimeFileSource` (read once, synchronously), so a scheduler can start
-    from the in-effect figure rather than the spec's; None when that cannot be told without
-    waiting (a file not mounted or not valid yet, a watch not opened yet)."""
-    if not isinstance(source, RuntimeFileSource):
-        return None
-    try:
-        return parse_runtime(source.path.read_text())
-    except (OSError, ValueError):
-        return None
+    async def current(self) -> InEffect | None:
+        """The mounted file's figures now (None: not mounted or not valid yet)."""
+        try:
+            return parse_runtime(await asyncio.to_thread(self.path.read_text))
+        except (OSError, ValueError):
+            return None
 
 
 def share_of(figures: InEffect, *, worker_index: int = 0, whole: bool = False) -> int:
@@ -148,6 +149,27 @@ class ConfigMapSource:
         # from_env: the in-cluster ServiceAccount, else $KUBECONFIG / ~/.kube/config
         config = KubeConfig.from_file(self.kubeconfig) if self.kubeconfig else KubeConfig.from_env()
         return AsyncClient(config=config, namespace=self.namespace)
+
+    async def current(self) -> InEffect | None:
+        """The ConfigMap's figures now, by one GET (None: not there, not valid, or the API
+        server did not answer within :data:`CURRENT_READ_SECONDS`)."""
+        from lightkube.resources.core_v1 import ConfigMap
+
+        try:
+            client = self._client()
+        except Exception as exc:  # no kubeconfig, no ServiceAccount
+            logger.warning("cannot read ConfigMap %s/%s: %s", self.namespace, self.name, exc)
+            return None
+        try:
+            async with asyncio.timeout(CURRENT_READ_SECONDS):
+                config_map = await client.get(ConfigMap, self.name, namespace=self.namespace)
+            text = (config_map.data or {}).get(RUNTIME_KEY)
+            return None if text is None else parse_runtime(text)
+        except Exception as exc:  # absent, forbidden, unreachable, torn: the spec's share
+            logger.warning("cannot read ConfigMap %s/%s: %s", self.namespace, self.name, exc)
+            return None
+        finally:
+            await client.close()
 
     async def changes(self) -> AsyncIterator[InEffect]:
         from lightkube.resources.core_v1 import ConfigMap

@@ -932,7 +932,7 @@ async def open_remote_rollout(
         scheduler = RolloutScheduler(
             runner=episodes,
             tasks=tasks,
-            concurrency=starting_concurrency(
+            concurrency=await starting_concurrency(
                 spec.sandbox.concurrency, concurrency_source, whole=True
             ),
             group_size=spec.rollout.group_size,

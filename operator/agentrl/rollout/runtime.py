@@ -32,7 +32,6 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.concurrency_source import (
     ConcurrencySource,
-    current_figures,
     follow,
     share_of,
     split_concurrency,
@@ -71,7 +70,7 @@ def worker_concurrency(spec: AgentRLJobSpec, workers: int, index: int) -> int:
     return split_concurrency(spec.sandbox.concurrency, workers, index)
 
 
-def starting_concurrency(
+async def starting_concurrency(
     spec_share: int,
     source: ConcurrencySource | None,
     *,
@@ -82,7 +81,7 @@ def starting_concurrency(
     ``source`` already holds one (the operator's, after suspension, quotas and provider
     limits), else ``spec_share``, its share of the spec's figure, until the source's first
     reading."""
-    figures = current_figures(source) if source is not None else None
+    figures = await source.current() if source is not None else None
     if figures is None:
         return spec_share
     return share_of(figures, worker_index=worker_index, whole=whole)
@@ -204,7 +203,7 @@ async def open_rollout(
     the client of one engine (called like :class:`EngineClient`); for benchmarks, which time
     calls and compare transports."""
     concurrency = worker_concurrency(spec, workers, worker_index)
-    start = starting_concurrency(concurrency, concurrency_source, worker_index=worker_index)
+    start = await starting_concurrency(concurrency, concurrency_source, worker_index=worker_index)
     async with open_episode_runner(
         spec,
         provider=provider,
