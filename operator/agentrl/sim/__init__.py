@@ -9,13 +9,12 @@ clock, no I/O outside ``cli``/``plots``. Layout, one concept per module:
 - ``kvcache``: KV bytes per token, pool size, what fits
 - ``static_plan``: arithmetic figures of a manifest
 - ``engine_model`` / ``simulation``: the discrete-event simulation
-- ``plan``: static plan + simulation + bottleneck
-- ``manifest_check``: manifest settings at odds with the plan
+- ``plan``: static plan + simulation + bottleneck, and ``check_manifest_against_plan``
+- ``manifest_check``: manifest settings at odds with the plan (the warnings ``plan`` adds)
 - ``calibration``: the report's figures against the simulated ones
 - ``render`` / ``plots`` / ``cli``: output
 """
 
-from agentrl.sim.manifest_check import check_manifest_against_plan
-from agentrl.sim.plan import Plan, plan_job
+from agentrl.sim.plan import Plan, check_manifest_against_plan, plan_job
 
 __all__ = ["Plan", "check_manifest_against_plan", "plan_job"]

@@ -1,9 +1,12 @@
 """Manifest settings that contradict the plan: autoscale bounds and targets, engine sizes,
 rollout workers, sandbox footprint.
 
-``check_manifest_against_plan(job)`` is what the rest of the project calls (``agentrl plan``
-prints it; example manifests are checked with it); it returns warnings as sentences that name
-the field and the way out, and an empty list when the manifest agrees with its plan.
+:func:`warnings_for` is what :func:`agentrl.sim.plan.plan_job` calls with the plan's figures;
+it returns warnings as sentences that name the field and the way out, and an empty list when
+the manifest agrees with its plan. The rest of the project calls
+:func:`agentrl.sim.plan.check_manifest_against_plan` (``agentrl plan`` prints it; example
+manifests are checked with it), which plans the job and returns these warnings; it lives in
+:mod:`agentrl.sim.plan` so that this module sits below the plan (no import circle).
 """
 
 from __future__ import annotations
@@ -12,13 +15,6 @@ from agentrl.api import AgentRLJob
 from agentrl.sim.params import SimParams
 from agentrl.sim.simulation import SimResult
 from agentrl.sim.static_plan import StaticPlan
-
-
-def check_manifest_against_plan(job: AgentRLJob, params: SimParams | None = None) -> list[str]:
-    """Warnings for ``job``: plans it (static figures and a simulation) and compares."""
-    from agentrl.sim.plan import plan_job  # plan imports this module
-
-    return plan_job(job, params).warnings
 
 
 def static_warnings(job: AgentRLJob, static: StaticPlan, params: SimParams) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob
+from agentrl.sim.manifest_check import warnings_for
 from agentrl.sim.params import LoopMode, SimOverrides, SimParams
 from agentrl.sim.simulation import SimResult, simulate
 from agentrl.sim.static_plan import StaticPlan, build_static_plan
@@ -115,11 +116,15 @@ def plan_job(job: AgentRLJob, params: SimParams | None = None,
              overrides: SimOverrides | None = None,
              config_path: str | Path | None = None) -> Plan:
     """Plan ``job``: static figures, a simulation, the bottleneck and manifest warnings."""
-    from agentrl.sim.manifest_check import warnings_for  # manifest_check imports this module
-
     params = params or SimParams()
     static = build_static_plan(job, params, overrides, config_path)
     sim = simulate(job, static, params, overrides)
     bottleneck, reason = find_bottleneck(static, sim, job)
     return Plan(name=job.metadata.name, static=static, simulation=sim, bottleneck=bottleneck,
                 bottleneck_reason=reason, warnings=warnings_for(job, static, sim, params))
+
+
+def check_manifest_against_plan(job: AgentRLJob, params: SimParams | None = None) -> list[str]:
+    """Warnings for ``job``: plans it (static figures and a simulation) and compares
+    (:func:`agentrl.sim.manifest_check.warnings_for`)."""
+    return plan_job(job, params).warnings
