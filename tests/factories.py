@@ -4,7 +4,8 @@ objects the operator observes (``make_pod``, ``make_statefulset``, ``make_traine
 
 Fluent, like JobSet's test wrappers: ``make_job("swe").with_engines(4).suspended().obj()``.
 Every ``with_*`` returns the factory; ``manifest()`` gives the dict, ``obj()`` the parsed
-``AgentRLJob``.
+``AgentRLJob``; ``copy()`` forks a module's base job. This is the one job factory of tests/ and
+e2e/ (tests/README.md).
 """
 
 from __future__ import annotations
@@ -55,8 +56,32 @@ class JobFactory:
     def with_uid(self, uid: str) -> Self:
         return self.with_metadata("uid", uid)
 
+    def with_generation(self, generation: int) -> Self:
+        return self.with_metadata("generation", generation)
+
     def with_labels(self, **labels: str) -> Self:
         return self.with_metadata("labels", dict(labels))
+
+    def with_model(self, **fields: Any) -> Self:
+        """Set ``spec.model.<key>`` for each field (``source``, ``servedName``...)."""
+        for key, value in fields.items():
+            self.with_spec(f"model.{key}", value)
+        return self
+
+    def with_served_model(self, path: str, served_name: str) -> Self:
+        """``spec.model``: weights at ``path``, served to the rollout tier as ``served_name``."""
+        return self.with_spec("model", {"source": {"path": path}, "servedName": served_name})
+
+    def with_model_path(self, path: str) -> Self:
+        return self.with_spec("model.source", {"path": path})
+
+    def with_inference(self, **fields: Any) -> Self:
+        """Set ``spec.inference.<key>`` for each field; with none, an explicit empty
+        ``inference`` (the engine tests' spelling of "all defaults")."""
+        self._doc["spec"].setdefault("inference", {})
+        for key, value in fields.items():
+            self.with_spec(f"inference.{key}", value)
+        return self
 
     def with_engines(self, engines: int, *, gpus_per_engine: int | None = None) -> Self:
         self.with_spec("inference.engines", engines)
@@ -90,6 +115,16 @@ class JobFactory:
     def with_workers(self, workers: int) -> Self:
         return self.with_spec("rollout.workers", workers)
 
+    def with_rollout(self, **fields: Any) -> Self:
+        for key, value in fields.items():
+            self.with_spec(f"rollout.{key}", value)
+        return self
+
+    def with_dataset(self, **fields: Any) -> Self:
+        for key, value in fields.items():
+            self.with_spec(f"dataset.{key}", value)
+        return self
+
     def with_trainer(self, **fields: Any) -> Self:
         for key, value in fields.items():
             self.with_spec(f"trainer.{key}", value)
@@ -119,6 +154,11 @@ class JobFactory:
 
     # ---- results ---------------------------------------------------------------------------
 
+    def copy(self) -> JobFactory:
+        """An independent factory with this one's manifest, to adjust a module's base job per
+        test without touching the base: ``BASE.copy().with_sandbox(allowInternet=True).obj()``."""
+        return from_manifest(self._doc)
+
     def manifest(self) -> dict[str, Any]:
         """The manifest as a dict (a copy)."""
         return copy.deepcopy(self._doc)
@@ -131,6 +171,14 @@ class JobFactory:
 def make_job(name: str = "demo", namespace: str | None = "team") -> JobFactory:
     """A factory for a minimal valid job named ``name`` in ``namespace``."""
     return JobFactory(name, namespace)
+
+
+def from_manifest(manifest: dict[str, Any]) -> JobFactory:
+    """A factory starting from ``manifest`` (a copy), e.g. the validation corpus's base job
+    (``tests.api.cases.BASE``)."""
+    factory = JobFactory.__new__(JobFactory)
+    factory._doc = copy.deepcopy(manifest)
+    return factory
 
 
 # ---- observed objects ----------------------------------------------------------------------

@@ -18,10 +18,8 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KEY = Key("team", "demo")
 
 
-def _job() -> dict:  # type: ignore[type-arg]
-    manifest = make_job("demo").with_uid("0f0e0d0c").manifest()
-    manifest["metadata"]["generation"] = 1
-    return manifest
+#: The job as the API server returns it (uid and generation set).
+JOB = make_job("demo").with_uid("0f0e0d0c").with_generation(1)
 
 
 def _reconciler(api: FakeKube) -> Reconciler:
@@ -29,7 +27,7 @@ def _reconciler(api: FakeKube) -> Reconciler:
 
 
 async def test_a_new_job_gets_every_child_then_one_status_write_then_events() -> None:
-    api = FakeKube(_job())
+    api = FakeKube(JOB.manifest())
     await _reconciler(api).reconcile(KEY)
     writes = api.writes()
     # the Ray token Secret first (created once, before the pods that reference it)
@@ -45,7 +43,7 @@ async def test_a_new_job_gets_every_child_then_one_status_write_then_events() ->
 
 
 async def test_a_second_reconcile_with_nothing_changed_writes_nothing() -> None:
-    api = FakeKube(_job())
+    api = FakeKube(JOB.manifest())
     reconciler = _reconciler(api)
     await reconciler.reconcile(KEY)
     api.calls.clear()
@@ -55,7 +53,7 @@ async def test_a_second_reconcile_with_nothing_changed_writes_nothing() -> None:
 
 
 async def test_after_forget_applied_every_child_is_applied_again() -> None:
-    api = FakeKube(_job())
+    api = FakeKube(JOB.manifest())
     reconciler = _reconciler(api)
     await reconciler.reconcile(KEY)
     api.calls.clear()
@@ -70,7 +68,7 @@ async def test_after_forget_applied_every_child_is_applied_again() -> None:
 
 
 async def test_no_event_is_posted_when_the_status_write_fails() -> None:
-    api = FakeKube(_job())
+    api = FakeKube(JOB.manifest())
     api.fail_status_patch = True
     with pytest.raises(RuntimeError):
         await _reconciler(api).reconcile(KEY)
@@ -78,14 +76,14 @@ async def test_no_event_is_posted_when_the_status_write_fails() -> None:
 
 
 async def test_a_deleted_job_is_forgotten_without_writes() -> None:
-    api = FakeKube(_job())
+    api = FakeKube(JOB.manifest())
     api.job = None
     assert await _reconciler(api).reconcile(KEY) is None
     assert api.writes() == []
 
 
 async def test_a_manifest_the_models_refuse_gets_invalid_spec_once() -> None:
-    job = _job()
+    job = JOB.manifest()
     job["spec"]["rollout"] = {"groupSize": 1}  # below the minimum of 2
     api = FakeKube(job)
     reconciler = _reconciler(api)

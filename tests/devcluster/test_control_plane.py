@@ -115,7 +115,7 @@ def test_a_statefulset_creates_its_pods_in_order(kubectl: Kubectl) -> None:
     assert [p["metadata"]["name"] for p in pods] == ["web-0", "web-1", "web-2"]
 
 
-def _job(name: str, outcome: str) -> dict:  # type: ignore[type-arg]
+def _batch_job(name: str, outcome: str) -> dict:  # type: ignore[type-arg]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -141,13 +141,13 @@ def _job_condition(kubectl: Kubectl, name: str) -> str | None:
 
 
 def test_a_job_runs_to_completion_under_kwok_stages(kubectl: Kubectl) -> None:
-    kubectl.apply(_job("done", "Succeeded"))
+    kubectl.apply(_batch_job("done", "Succeeded"))
     assert wait_for(lambda: _job_condition(kubectl, "done"), what="the Job to finish") == "Complete"
     assert kubectl.json("get", "job", "done")["status"]["succeeded"] == 1
 
 
 def test_a_job_whose_pod_fails_is_failed(kubectl: Kubectl) -> None:
-    kubectl.apply(_job("broken", "Failed"))
+    kubectl.apply(_batch_job("broken", "Failed"))
     assert wait_for(lambda: _job_condition(kubectl, "broken"), what="the Job to fail") == "Failed"
 
 

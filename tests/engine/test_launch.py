@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from agentrl.reconcile.engine_flags import launch_args
-from tests.engine.factories import make_job
+from tests.factories import make_job
+
+#: The job the engine tests launch: Qwen3-30B-A3B served as "policy", inference defaults.
+QWEN = make_job("swe").with_served_model("/models/qwen3-30b-a3b", "policy").with_inference()
 
 #: Stands in for `python3 -m sglang.launch_server`: reports what it was started with (argv,
 #: whether it leads its process group, two env values), prints a fault line, exits 3.
@@ -55,7 +58,7 @@ def run_launch(tmp_path: Path, bin_dir: Path, *args: str) -> subprocess.Complete
 
 def write_spec(tmp_path: Path, **inference: object) -> Path:
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump(make_job(**inference).to_manifest()))
+    spec.write_text(yaml.safe_dump(QWEN.copy().with_inference(**inference).obj().to_manifest()))
     return spec
 
 
@@ -67,7 +70,7 @@ def test_launch_execs_the_engine_with_the_spec_flags_and_tees_its_log(
     # exec: the engine's own exit status is the container's.
     assert result.returncode == 3, result.stderr
     report = json.loads(result.stdout.splitlines()[1])  # line 0 is the launcher's banner
-    assert report["argv"] == ["-m", "sglang.launch_server", *launch_args(make_job())]
+    assert report["argv"] == ["-m", "sglang.launch_server", *launch_args(QWEN.obj())]
     assert report["pgid_is_pid"] is True  # the watchdog stops this process group
     assert report["aiter"] == "1"
     assert report["scratch"] == "1"
@@ -89,7 +92,7 @@ def test_launch_runs_the_arguments_the_operator_rendered(tmp_path: Path, fake_py
 def test_launch_refuses_a_spec_whose_extra_args_disable_graphs(
     tmp_path: Path, fake_python: Path
 ) -> None:
-    manifest = make_job().to_manifest()
+    manifest = QWEN.obj().to_manifest()
     manifest["spec"]["inference"]["extraArgs"] = ["--disable-cuda-graph"]  # type: ignore[index]
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(manifest))

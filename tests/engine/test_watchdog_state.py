@@ -22,7 +22,7 @@ from agentrl.engine.watchdog import (
 )
 from agentrl.engine.watchdog_report import FakeReporter, WatchdogState
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
-from tests.engine.factories import make_job
+from tests.factories import make_job
 
 FAULT = "Memory access fault by GPU node-0 (Agent handle: 0x1) on address 0x2. Reason: Unknown."
 
@@ -77,15 +77,20 @@ class Clock:
 
 
 def config(tmp_path: Path, **overrides: object) -> WatchdogConfig:
-    job = make_job(
-        watchdog={
-            "healthIntervalSeconds": 10,
-            "failedProbesBeforeRestart": 3,
-            "stallSeconds": 60,
-            "maxRestarts": 2,
-            "restartWindowSeconds": 600,
-        },
-        startupTimeoutSeconds=300,
+    job = (
+        make_job("swe")
+        .with_served_model("/models/qwen3-30b-a3b", "policy")
+        .with_inference(
+            watchdog={
+                "healthIntervalSeconds": 10,
+                "failedProbesBeforeRestart": 3,
+                "stallSeconds": 60,
+                "maxRestarts": 2,
+                "restartWindowSeconds": 600,
+            },
+            startupTimeoutSeconds=300,
+        )
+        .obj()
     )
     values: dict[str, object] = {
         "log_file": tmp_path / "engine.log",

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.factories import make_job
 
 from agentrl.api import AgentRLJob
 from agentrl.devcluster import images
@@ -171,22 +172,17 @@ def test_the_tiny_engine_serves_health_behind_a_service_another_pod_resolves(
 
 def _job(kubectl: Kubectl, name: str) -> AgentRLJob:
     kubectl.apply(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": name},
-            "spec": {
-                "model": {"source": {"path": "tiny"}},
-                "sandbox": {
-                    "image": images.SANDBOX_IMAGE,
-                    "cpu": "100m",
-                    "memory": "128Mi",
-                    "startupTimeoutSeconds": 120,
-                    "nodeSelector": ON_REAL_NODE["nodeSelector"],
-                    "tolerations": ON_REAL_NODE["tolerations"],
-                },
-            },
-        }
+        make_job(name, None)
+        .with_model_path("tiny")
+        .with_sandbox(
+            image=images.SANDBOX_IMAGE,
+            cpu="100m",
+            memory="128Mi",
+            startupTimeoutSeconds=120,
+            nodeSelector=ON_REAL_NODE["nodeSelector"],
+            tolerations=ON_REAL_NODE["tolerations"],
+        )
+        .manifest()
     )
     return AgentRLJob.model_validate(kubectl.json("get", "arj", name))
 

@@ -28,18 +28,16 @@ LABELS = {
 SELECTOR = {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "engine"}
 
 
-def _job():
-    return (
-        make_job("swe", "rl")
-        .with_uid(UID)
-        .with_labels(team="rl")
-        .with_engines(4, gpus_per_engine=2)
-        .with_node_selector(**{"amd.com/gpu.product-name": "AMD_Instinct_MI355X", "zone": "a"})
-        .with_tolerations({"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
-        .with_spec("inference.startupTimeoutSeconds", 1805)
-        .with_spec("inference.shmSize", "32Gi")
-        .obj()
-    )
+#: Four MI355X engines of two GPUs each in zone a, tolerating the GPU taint.
+SWE = (
+    make_job("swe", "rl")
+    .with_uid(UID)
+    .with_labels(team="rl")
+    .with_engines(4, gpus_per_engine=2)
+    .with_node_selector(**{"amd.com/gpu.product-name": "AMD_Instinct_MI355X", "zone": "a"})
+    .with_tolerations({"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    .with_inference(startupTimeoutSeconds=1805, shmSize="32Gi")
+)
 
 
 def _ctx(job):
@@ -47,7 +45,7 @@ def _ctx(job):
 
 
 def test_statefulset_metadata_and_spec_are_as_written_by_hand():
-    job = _job()
+    job = SWE.obj()
     sts = engine.statefulset(job, _ctx(job), replicas=4)
     assert sts["apiVersion"] == "apps/v1"
     assert sts["kind"] == "StatefulSet"
@@ -66,7 +64,7 @@ def test_statefulset_metadata_and_spec_are_as_written_by_hand():
 
 
 def test_engine_pod_shares_its_process_namespace_and_has_placement_from_the_spec():
-    job = _job()
+    job = SWE.obj()
     pod = engine.statefulset(job, _ctx(job), replicas=4)["spec"]["template"]["spec"]
     assert pod["shareProcessNamespace"] is True
     assert pod["serviceAccountName"] == "swe-engine"
@@ -115,7 +113,7 @@ def test_engine_pod_shares_its_process_namespace_and_has_placement_from_the_spec
 
 
 def test_engine_container_requests_gpus_per_engine_and_never_disables_graphs():
-    job = _job()
+    job = SWE.obj()
     pod = engine.statefulset(job, _ctx(job), replicas=4)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "ghcr.io/agentrl/sglang-engine:0.1.0"
@@ -145,7 +143,7 @@ def test_engine_container_requests_gpus_per_engine_and_never_disables_graphs():
 
 
 def test_probes_allow_the_startup_timeout_and_readiness_asks_the_watchdog():
-    job = _job()
+    job = SWE.obj()
     container = engine.statefulset(job, _ctx(job), replicas=4)["spec"]["template"]["spec"][
         "containers"
     ][0]
@@ -171,7 +169,7 @@ def test_probes_allow_the_startup_timeout_and_readiness_asks_the_watchdog():
 
 
 def test_watchdog_sidecar_runs_agentrl_engine_watchdog_and_reads_the_engine_log():
-    job = _job()
+    job = SWE.obj()
     ctx = BuildContext.for_job(job, images=Images(watchdog="ghcr.io/agentrl/watchdog:1"))
     sidecar = engine.statefulset(job, ctx, replicas=4)["spec"]["template"]["spec"]["containers"][1]
     assert sidecar["name"] == "watchdog"
@@ -194,7 +192,7 @@ def test_without_the_watchdog_readiness_is_sglang_health_and_no_token_is_mounted
 
 
 def test_headless_service_gives_stable_dns_to_ready_engines_only():
-    job = _job()
+    job = SWE.obj()
     svc = engine.headless_service(job, _ctx(job))
     assert svc["metadata"]["name"] == "swe-engine"
     assert svc["metadata"]["ownerReferences"] == [OWNER]
@@ -210,7 +208,7 @@ def test_headless_service_gives_stable_dns_to_ready_engines_only():
 
 
 def test_disruption_budget_lets_one_engine_go_at_a_time():
-    job = _job()
+    job = SWE.obj()
     pdb = engine.disruption_budget(job, _ctx(job))
     assert (pdb["apiVersion"], pdb["kind"]) == ("policy/v1", "PodDisruptionBudget")
     assert pdb["spec"] == {
@@ -221,7 +219,7 @@ def test_disruption_budget_lets_one_engine_go_at_a_time():
 
 
 def test_watchdog_role_can_patch_only_the_engine_pods_by_name():
-    job = _job()
+    job = SWE.obj()
     sa, role, binding = engine.engine_rbac(job, _ctx(job))
     assert (sa["kind"], sa["metadata"]["name"]) == ("ServiceAccount", "swe-engine")
     assert role["rules"] == [
@@ -266,7 +264,7 @@ def test_a_model_pvc_is_mounted_read_only_at_models():
 def test_trainer_pods_prefer_nodes_without_this_jobs_engines():
     from agentrl.reconcile import trainer
 
-    job = _job()
+    job = SWE.obj()
     pod = trainer.trainer_job(job, _ctx(job), attempt=0, suspend=False)["spec"]["template"]["spec"]
     assert pod["affinity"]["podAntiAffinity"] == {
         "preferredDuringSchedulingIgnoredDuringExecution": [

@@ -8,22 +8,17 @@ from agentrl.reconcile import sandbox
 from agentrl.reconcile.context import BuildContext
 from tests.factories import make_job
 
-
-def _job(**sandbox_fields):
-    return (
-        make_job("swe", "rl")
-        .with_uid("u-7")
-        .with_sandbox(cpu="1", memory="2Gi", ephemeralStorage="5Gi", **sandbox_fields)
-        .with_spec("sandbox.startupTimeoutSeconds", 120)
-        .with_spec("rollout.episodeTimeoutSeconds", 1800)
-        .with_spec("rollout.llmTimeoutSeconds", 600)
-        .with_spec("rollout.verifierTimeoutSeconds", 600)
-        .obj()
-    )
+#: A sandbox of 1 CPU, 2Gi, 5Gi of scratch with the rollout's timeouts; ``SWE.copy()`` to adjust.
+SWE = (
+    make_job("swe", "rl")
+    .with_uid("u-7")
+    .with_sandbox(cpu="1", memory="2Gi", ephemeralStorage="5Gi", startupTimeoutSeconds=120)
+    .with_rollout(episodeTimeoutSeconds=1800, llmTimeoutSeconds=600, verifierTimeoutSeconds=600)
+)
 
 
 def test_sandbox_pod_is_hardened_and_owned_by_the_job():
-    job = _job()
+    job = SWE.obj()
     pod = sandbox.sandbox_pod(
         job, BuildContext.for_job(job), pod_name="swe-sbx-abc123def456", image="task:1"
     )
@@ -112,7 +107,13 @@ def test_the_dataset_format_picks_the_user_and_nothing_else_loosens(format_: str
 
 
 def test_sandbox_pod_uses_the_runtime_class_and_default_image_when_set():
-    job = _job(runtimeClassName="gvisor", image="python:3.12-slim", nodeSelector={"pool": "cpu"})
+    job = (
+        SWE.copy()
+        .with_sandbox(
+            runtimeClassName="gvisor", image="python:3.12-slim", nodeSelector={"pool": "cpu"}
+        )
+        .obj()
+    )
     pod = sandbox.sandbox_pod(job, BuildContext.for_job(job), pod_name="swe-sbx-x")
     assert pod["spec"]["runtimeClassName"] == "gvisor"
     assert pod["spec"]["nodeSelector"] == {"pool": "cpu"}
@@ -126,7 +127,7 @@ def test_sandbox_pod_pulls_task_images_with_the_datasets_secrets():
 
 
 def test_network_policy_denies_everything_by_default():
-    job = _job()
+    job = SWE.obj()
     policy = sandbox.network_policy(job, BuildContext.for_job(job))
     assert (policy["apiVersion"], policy["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
     assert policy["metadata"]["name"] == "swe-sandbox"
@@ -141,7 +142,7 @@ def test_network_policy_denies_everything_by_default():
 
 
 def test_allow_internet_opens_dns_and_public_addresses_only():
-    job = _job(allowInternet=True)
+    job = SWE.copy().with_sandbox(allowInternet=True).obj()
     egress = sandbox.network_policy(job, BuildContext.for_job(job))["spec"]["egress"]
     assert egress == [
         {
@@ -175,7 +176,7 @@ def test_allow_internet_opens_dns_and_public_addresses_only():
 
 
 def test_sandbox_pod_labels_match_the_network_policy_selector():
-    job = _job()
+    job = SWE.obj()
     ctx = BuildContext.for_job(job)
     labels = sandbox.sandbox_pod(job, ctx, pod_name="swe-sbx-x")["metadata"]["labels"]
     selector = sandbox.network_policy(job, ctx)["spec"]["podSelector"]["matchLabels"]

@@ -23,6 +23,7 @@ from agentrl.sandbox.kubernetes import (
     template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
+from tests.factories import make_job
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.usefixtures("crd_installed")]
 
@@ -30,21 +31,13 @@ IMAGE = "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
 
 
 def _job(kubectl: Kubectl, name: str, format_: str) -> AgentRLJob:
-    dataset: dict[str, Any] = {"format": format_}
+    factory = make_job(name, None).with_model_path("tiny").with_dataset(format=format_)
     if format_ != "toy":
-        dataset["path"] = "/data/tasks.jsonl"
+        factory.with_dataset(path="/data/tasks.jsonl")
     kubectl.apply(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": name},
-            "spec": {
-                "model": {"source": {"path": "tiny"}},
-                "dataset": dataset,
-                "rollout": {"episodeTimeoutSeconds": 600, "verifierTimeoutSeconds": 300},
-                "sandbox": {"cpu": "100m", "memory": "128Mi", "startupTimeoutSeconds": 60},
-            },
-        }
+        factory.with_rollout(episodeTimeoutSeconds=600, verifierTimeoutSeconds=300)
+        .with_sandbox(cpu="100m", memory="128Mi", startupTimeoutSeconds=60)
+        .manifest()
     )
     return AgentRLJob.model_validate(kubectl.json("get", "arj", name))
 

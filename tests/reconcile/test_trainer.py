@@ -9,15 +9,19 @@ from tests.factories import make_job
 SELECTOR = {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "trainer"}
 
 
-def _job(**trainer_fields):
-    factory = make_job("swe", "rl").with_uid("u1").with_labels(team="rl")
-    factory.with_trainer(nodes=2, gpusPerNode=8, backoffLimit=4, **trainer_fields)
-    factory.with_network(ncclSocketIfname="eth1", glooSocketIfname="eth1", ibHca="ionic_0")
-    return factory.with_deadline(7200).obj()
+#: Two nodes of eight GPUs on the ionic NICs, a two-hour deadline; ``SWE.copy()`` to adjust.
+SWE = (
+    make_job("swe", "rl")
+    .with_uid("u1")
+    .with_labels(team="rl")
+    .with_trainer(nodes=2, gpusPerNode=8, backoffLimit=4)
+    .with_network(ncclSocketIfname="eth1", glooSocketIfname="eth1", ibHca="ionic_0")
+    .with_deadline(7200)
+)
 
 
 def test_trainer_job_is_indexed_with_one_pod_per_node():
-    job = _job()
+    job = SWE.obj()
     obj = trainer.trainer_job(job, BuildContext.for_job(job), attempt=2)
     assert (obj["apiVersion"], obj["kind"]) == ("batch/v1", "Job")
     assert obj["metadata"]["name"] == "swe-trainer"
@@ -36,7 +40,7 @@ def test_trainer_job_is_indexed_with_one_pod_per_node():
 
 
 def test_trainer_template_carries_only_the_operators_labels():
-    job = _job()
+    job = SWE.obj()
     template = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]
     assert "team" not in template["metadata"]["labels"]
     assert template["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
@@ -44,7 +48,7 @@ def test_trainer_template_carries_only_the_operators_labels():
 
 
 def test_trainer_pod_rendezvous_env_and_interface_pinning():
-    job = _job()
+    job = SWE.obj()
     pod = trainer.trainer_job(job, BuildContext.for_job(job), attempt=1)["spec"]["template"]["spec"]
     assert pod["subdomain"] == "swe-trainer"
     assert pod["restartPolicy"] == "Never"
@@ -70,7 +74,7 @@ def test_trainer_pod_rendezvous_env_and_interface_pinning():
 
 
 def test_trainer_container_names_its_ports_and_tells_the_driver_where_to_serve_metrics():
-    job = _job()
+    job = SWE.obj()
     pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     # the chart's PodMonitor scrapes the port by its name, "metrics"
@@ -91,7 +95,7 @@ def test_unset_network_fields_leave_nccl_to_choose():
 
 
 def test_trainer_requests_its_gpus_and_mounts_the_checkpoint_volume_read_write():
-    job = _job()
+    job = SWE.obj()
     container = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"][
         "containers"
     ][0]
@@ -133,13 +137,13 @@ def test_the_trainer_pods_grace_period_is_the_checkpoint_stop_grace_period():
     default = make_job("swe").obj()
     pod = trainer.trainer_job(default, BuildContext.for_job(default))["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == 900
-    job = _job(checkpoint={"stopGracePeriodSeconds": 3600})
+    job = SWE.copy().with_trainer(checkpoint={"stopGracePeriodSeconds": 3600}).obj()
     pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == 3600
 
 
 def test_trainer_service_resolves_ranks_before_they_are_ready():
-    job = _job()
+    job = SWE.obj()
     svc = trainer.headless_service(job, BuildContext.for_job(job))
     assert svc["metadata"]["name"] == "swe-trainer"
     assert svc["spec"] == {
@@ -154,7 +158,7 @@ def test_trainer_service_resolves_ranks_before_they_are_ready():
 
 
 def test_the_trainer_role_allows_only_its_progress_annotation_and_events():
-    job = _job()
+    job = SWE.obj()
     objs = {o["kind"]: o for o in trainer.trainer_rbac(job, BuildContext.for_job(job))}
     assert objs["Role"]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
 from agentrl.rollout.ray_workers import (
     EpisodeOrder,
@@ -27,6 +26,7 @@ from agentrl.rollout.ray_workers import (
 )
 from agentrl.rollout.scheduler import RolloutScheduler, SlottedEpisodes
 from agentrl.rollout.trajectory import Trajectory
+from tests.factories import make_job
 from tests.rollout.fakes import toy_task
 
 pytest.importorskip("ray", reason="the driver reads Ray's exception types")
@@ -105,23 +105,15 @@ class LocalActor:
             setattr(self, name, _Method(getattr(worker, name)))
 
 
-def _job(concurrency: int, workers: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": "slots"},
-        "spec": {
-            "model": {"source": {"path": "tiny"}},
-            "rollout": {"groupSize": 2, "workers": workers},
-            "sandbox": {"provider": "local", "concurrency": concurrency},
-        },
-    }
-
-
 def _workers(gates: Gates, concurrency: int, count: int) -> list[RolloutWorker]:
-    config = RolloutWorkerConfig(
-        job=_job(concurrency, count), engine_urls=["http://unused"], workers=count
-    ).model_dump()
+    job = (
+        make_job("slots", None)
+        .with_model_path("tiny")
+        .with_rollout(groupSize=2, workers=count)
+        .with_sandbox(provider="local", concurrency=concurrency)
+        .manifest()
+    )
+    config = RolloutWorkerConfig(job=job, engine_urls=["http://unused"], workers=count).model_dump()
     return [RolloutWorker(config, i, runner=GatedRunner(gates, i)) for i in range(count)]
 
 
@@ -229,7 +221,14 @@ class Rollout:
     def __init__(self, *, concurrency: int, workers: int, episodes: int) -> None:
         self.gates = Gates(concurrency)
         self.workers = _workers(self.gates, concurrency, workers)
-        spec = AgentRLJob.model_validate(_job(concurrency, workers)).spec
+        spec = (
+            make_job("slots", None)
+            .with_model_path("tiny")
+            .with_rollout(groupSize=2, workers=workers)
+            .with_sandbox(provider="local", concurrency=concurrency)
+            .obj()
+            .spec
+        )
         self.remote = RemoteEpisodes(
             [LocalActor(w) for w in self.workers], spec, collect_wait_seconds=0.05
         )

@@ -5,10 +5,8 @@ nodes Ray chose."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from agentrl.api import AgentRLJob
 from agentrl.api.validation import load_job
@@ -21,8 +19,8 @@ from agentrl.trainer.placement import (
     plan_placement,
     trainer_node_resources,
 )
-from tests.api.cases import BASE, merge
-from tests.factories import make_job
+from tests.api.cases import BASE
+from tests.factories import from_manifest, make_job
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 #: Every trainer-group bundle takes one unit of the resource only trainer nodes offer.
@@ -30,8 +28,8 @@ ON_TRAINER_NODE = {TRAINER_NODE_RESOURCE: 1.0}
 ROLLOUT = "agentrl_rollout_node"  # what the rollout pods offer (reconcile.rollout)
 
 
-def _job(patch: dict[str, Any]) -> AgentRLJob:
-    return load_job(yaml.safe_dump(merge(BASE, {"spec": patch})))
+#: The validation corpus's base job: one node of 8 GPUs, 32 trajectories per step.
+CORPUS = from_manifest(BASE)
 
 
 def test_the_quickstart_gets_a_cpu_rank_and_the_driver_on_one_node_and_one_rollout_worker() -> None:
@@ -68,18 +66,16 @@ def test_the_mi355x_report_gets_eight_gpu_ranks_packed_on_one_node() -> None:
 
 def test_a_small_two_node_cluster_is_packed_not_strictly() -> None:
     plan = plan_placement(
-        _job(
-            {
-                "trainer": {
-                    "nodes": 2,
-                    "gpusPerNode": 4,
-                    "cpu": "12500m",
-                    "parallelism": {"tensor": 2},
-                    "trajectoriesPerStep": 32,
-                },
-                "rollout": {"workers": 3},
-            }
+        CORPUS.copy()
+        .with_trainer(
+            nodes=2,
+            gpusPerNode=4,
+            cpu="12500m",
+            parallelism={"tensor": 2},
+            trajectoriesPerStep=32,
         )
+        .with_workers(3)
+        .obj()
     )
     # (12.5 − 1) / 4 = 2.875 → 2 CPUs per rank; 2 × 4 ranks
     assert plan.trainer.strategy == Strategy.PACK
@@ -92,11 +88,11 @@ def test_a_small_two_node_cluster_is_packed_not_strictly() -> None:
 
 def test_a_cpu_request_too_small_for_the_ranks_and_the_driver_names_the_field_and_the_fix() -> None:
     with pytest.raises(PlacementError, match=r"spec\.trainer\.cpu \(8\).*at least 9"):
-        plan_placement(_job({"trainer": {"gpusPerNode": 8, "cpu": "8"}}))
+        plan_placement(CORPUS.copy().with_trainer(gpusPerNode=8, cpu="8").obj())
 
 
 def test_ranks_are_numbered_node_by_node_starting_on_the_drivers_node() -> None:
-    plan = plan_placement(_job({"trainer": {"nodes": 2, "gpusPerNode": 4}}))
+    plan = plan_placement(CORPUS.copy().with_trainer(nodes=2, gpusPerNode=4).obj())
     # Ray interleaved the bundles over nodes a and b and put the driver (bundle 8) on b.
     nodes = {i: "ab"[i % 2] for i in range(8)} | {8: "b"}
     assert assign_ranks(plan, nodes) == [1, 3, 5, 7, 0, 2, 4, 6]
@@ -105,7 +101,7 @@ def test_ranks_are_numbered_node_by_node_starting_on_the_drivers_node() -> None:
 
 
 def test_gpu_ranks_spread_unevenly_over_nodes_are_refused() -> None:
-    plan = plan_placement(_job({"trainer": {"nodes": 2, "gpusPerNode": 4}}))
+    plan = plan_placement(CORPUS.copy().with_trainer(nodes=2, gpusPerNode=4).obj())
     nodes = {i: ("a" if i < 5 else "b") for i in range(9)}
     with pytest.raises(PlacementError, match=r"unevenly.*gpusPerNode = 4"):
         assign_ranks(plan, nodes)

@@ -226,14 +226,17 @@ CASES = [
 ]
 
 
-def _job(autoscale: dict[str, Any], concurrency: int, *, enabled: bool = True) -> Any:
-    spec = {"enabled": enabled, "min": 1, "max": 1024, **autoscale}
-    return make_job().with_sandbox(concurrency=concurrency, autoscale=spec).obj()
+#: ``spec.sandbox.autoscale`` on over the widest range; tests adjust it: ``{**AUTOSCALE, ...}``.
+AUTOSCALE: dict[str, Any] = {"enabled": True, "min": 1, "max": 1024}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_autoscaler_moves_as_worked_out_by_hand(case: Case) -> None:
-    job = _job(case.autoscale, case.current)
+    job = (
+        make_job()
+        .with_sandbox(concurrency=case.current, autoscale={**AUTOSCALE, **case.autoscale})
+        .obj()
+    )
     decision = decide(job, case.metrics, current=case.current, last_scale_time=None, now=NOW)
     assert decision.concurrency == case.expected, decision.reason
     for fragment in case.says:
@@ -241,7 +244,7 @@ def test_the_autoscaler_moves_as_worked_out_by_hand(case: Case) -> None:
 
 
 def test_no_move_happens_within_the_cooldown_and_it_says_when_it_ends() -> None:
-    job = _job({}, 100)
+    job = make_job().with_sandbox(concurrency=100, autoscale=AUTOSCALE).obj()
     decision = decide(job, engines((10, 0, 0.2)), current=100,
                       last_scale_time=NOW - timedelta(seconds=45), now=NOW)
     assert decision == ScaleDecision(
@@ -254,7 +257,7 @@ def test_no_move_happens_within_the_cooldown_and_it_says_when_it_ends() -> None:
 
 
 def test_a_move_is_allowed_again_once_the_cooldown_has_passed() -> None:
-    job = _job({}, 100)
+    job = make_job().with_sandbox(concurrency=100, autoscale=AUTOSCALE).obj()
     decision = decide(job, engines((10, 0, 0.2)), current=100,
                       last_scale_time=NOW - timedelta(seconds=60), now=NOW)
     assert decision.concurrency == 164
@@ -262,7 +265,7 @@ def test_a_move_is_allowed_again_once_the_cooldown_has_passed() -> None:
 
 
 def test_a_disabled_autoscaler_never_moves_so_an_hpa_or_a_person_owns_the_field() -> None:
-    job = _job({}, 100, enabled=False)
+    job = make_job().with_sandbox(concurrency=100, autoscale={**AUTOSCALE, "enabled": False}).obj()
     decision = decide(job, engines((0, 0, 0.0)), current=100, last_scale_time=None, now=NOW)
     assert decision.concurrency is None
     assert decision.recheck_after_seconds is None
@@ -277,7 +280,8 @@ def test_a_suspended_job_is_not_scaled() -> None:
 
 def test_a_concurrency_outside_the_bounds_is_brought_back_without_waiting() -> None:
     # The API server refuses this while autoscale is on; a job from before the bounds has it.
-    job = _job({"min": 16, "max": 64}, 5)
+    autoscale = {**AUTOSCALE, "min": 16, "max": 64}
+    job = make_job().with_sandbox(concurrency=5, autoscale=autoscale).obj()
     decision = decide(job, engines((0, 0, 0.0)), current=5,
                       last_scale_time=NOW - timedelta(seconds=1), now=NOW)
     assert decision.concurrency == 16
@@ -286,7 +290,7 @@ def test_a_concurrency_outside_the_bounds_is_brought_back_without_waiting() -> N
 
 
 def test_a_move_is_recorded_in_status_and_announced_by_an_event() -> None:
-    job = _job({}, 100)
+    job = make_job().with_sandbox(concurrency=100, autoscale=AUTOSCALE).obj()
     decision = decide(job, engines((57.6, 9, 0.5)), current=100, last_scale_time=None, now=NOW)
     status = record_move(AgentRLJobStatus(), decision, NOW)
     assert status.sandbox.desired == 68
@@ -300,14 +304,14 @@ def test_a_move_is_recorded_in_status_and_announced_by_an_event() -> None:
 
 
 def test_a_raise_is_announced_as_such() -> None:
-    job = _job({}, 100)
+    job = make_job().with_sandbox(concurrency=100, autoscale=AUTOSCALE).obj()
     decision = decide(job, engines((10, 0, 0.2)), current=100, last_scale_time=None, now=NOW)
     event = move_event(decision)
     assert event is not None and event.reason == REASON_RAISED
 
 
 def test_a_hold_changes_no_status_and_posts_no_event() -> None:
-    job = _job({}, 100)
+    job = make_job().with_sandbox(concurrency=100, autoscale=AUTOSCALE).obj()
     decision = decide(job, engines((10, 0, 0.7)), current=100, last_scale_time=None, now=NOW)
     before = AgentRLJobStatus()
     assert record_move(before, decision, NOW) == before
