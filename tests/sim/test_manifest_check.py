@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentrl.api import AgentRLJob
 from agentrl.sim.manifest_check import static_warnings
-from agentrl.sim.plan import check_manifest_against_plan
 from agentrl.sim.params import SimControl, SimParams
+from agentrl.sim.plan import check_manifest_against_plan
 from agentrl.sim.static_plan import build_static_plan
 from tests.factories import make_job
 
