@@ -8,7 +8,8 @@ correction). ``training_action`` says what the failure policy does with it; infr
 always ``drop`` and never carry a reward.
 
 Callers: :mod:`agentrl.rollout.episode` builds trajectories; the scheduler yields them; the
-trainer consumes them (``agentrl.trainer``).
+trainer consumes them (:mod:`agentrl.trainer.buffer`, :mod:`agentrl.trainer.batching`,
+:mod:`agentrl.trainer.loop`).
 """
 
 from __future__ import annotations

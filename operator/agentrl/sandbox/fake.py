@@ -1,4 +1,4 @@
-"""An in-memory sandbox provider for tests and benchmarks.
+"""An in-memory sandbox provider for tests.
 
 Files live in a dict, commands are answered by a handler function the test supplies, and the
 provider counts what a test wants to assert: sandboxes created, closed, live now and the peak
@@ -6,7 +6,8 @@ of live sandboxes (the "never more live sandboxes than the concurrency in effect
 Latency and failures are injected explicitly (``startup_seconds``, ``exec_seconds``,
 ``fail_creates``), never at random, so tests stay deterministic.
 
-Callers: tests under ``tests/rollout`` and ``tests/sandbox``, and ``bench/rollout_concurrency.py``.
+Callers: tests under ``tests/rollout`` and ``tests/sandbox`` (``bench/rollout_concurrency.py``
+serves its sandboxes from a fake service of its own, not from this provider).
 """
 
 from __future__ import annotations
