@@ -6,6 +6,7 @@ kube-proxy, the chart's RBAC, no kubeconfig of ours)."""
 from __future__ import annotations
 
 import pytest
+from tests.factories import make_job
 
 from agentrl.devcluster import images
 from agentrl.devcluster.testing import Kubectl, wait_for
@@ -29,14 +30,7 @@ def test_the_chart_runs_the_operator_as_a_pod_that_reconciles_from_inside(
     assert pod["spec"]["serviceAccountName"] == deployment
     assert kubectl.json("get", "deployment", deployment)["status"]["availableReplicas"] == 1
 
-    kubectl.apply(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": "from-inside"},
-            "spec": {"model": {"source": {"path": "tiny"}}},
-        }
-    )
+    kubectl.apply(make_job("from-inside", None).with_model_path("tiny").manifest())
     # nobody else watches this namespace: the operator pod is the one writing these
     job = wait_for(
         lambda: (

@@ -265,14 +265,13 @@ def test_unreadable_nodes_give_unknown_naming_the_refusal():
 # ---- over the job's life ---------------------------------------------------------------------
 
 
-def _tiny_job() -> AgentRLJob:
-    return (
-        make_job()
-        .with_spec("inference.server", "tiny")
-        .with_engines(2, gpus_per_engine=0)
-        .with_trainer(backend="torch", gpusPerNode=0)
-        .obj()
-    )
+#: Two tiny CPU engines and a torch trainer without GPUs: a job that needs no GPU node.
+TINY = (
+    make_job()
+    .with_inference(server="tiny")
+    .with_engines(2, gpus_per_engine=0)
+    .with_trainer(backend="torch", gpusPerNode=0)
+)
 
 
 def _scheduled_report_pods() -> list[dict[str, Any]]:
@@ -295,7 +294,7 @@ def test_nodes_are_not_read_for_a_suspended_job_or_one_without_gpus():
         update={"spec": REPORT.spec.model_copy(update={"suspend": True})}
     )
     assert preflight.needs_nodes(suspended, observe()) is False
-    assert preflight.needs_nodes(_tiny_job(), observe()) is False
+    assert preflight.needs_nodes(TINY.obj(), observe()) is False
 
 
 def test_the_verdict_over_a_jobs_life():
@@ -308,7 +307,7 @@ def test_the_verdict_over_a_jobs_life():
     )
     unread = preflight.verdict(REPORT, no_nodes, suspended=False, finished=False)
     assert (unread.status, unread.reason) == ("Unknown", "CapacityNotChecked")
-    tiny = preflight.verdict(_tiny_job(), no_nodes, suspended=False, finished=False)
+    tiny = preflight.verdict(TINY.obj(), no_nodes, suspended=False, finished=False)
     assert (tiny.status, tiny.reason, tiny.message) == (
         "True",
         "NoGPUsRequested",

@@ -105,26 +105,21 @@ def test_tasks_images_writes_them_into_the_manifests_pre_pull_list(tmp_path: Pat
 # ---- the trainer's list, read back by the operator ----------------------------------------
 
 
-def _swe_job(**sandbox: object) -> AgentRLJob:
-    return (
-        make_job("swe")
-        .with_spec("dataset.format", "swesmith")
-        .with_spec("dataset.path", "/data/tasks.jsonl")
-        .with_sandbox(**sandbox)
-        .obj()
-    )
+#: A SWE-smith dataset; tests set ``spec.sandbox`` on a copy.
+SWESMITH = make_job("swe").with_dataset(format="swesmith", path="/data/tasks.jsonl")
 
 
 def test_the_task_images_configmap_exists_only_with_pre_pull_and_carries_no_data() -> None:
-    on = _swe_job(prePull={"enabled": True})
+    on = SWESMITH.copy().with_sandbox(prePull={"enabled": True}).obj()
     cm = task_images_configmap(on, BuildContext.for_job(on))
     assert cm["metadata"]["name"] == "swe-task-images"
     # the trainer owns data: an apply that named it would take the trainer's list away
     assert "data" not in cm
     assert wanted(on)
-    assert not wanted(_swe_job(prePull={"enabled": False}))
+    assert not wanted(SWESMITH.copy().with_sandbox(prePull={"enabled": False}).obj())
     e2b = {"apiKeySecretRef": {"name": "e2b"}, "maxConcurrent": 4}
-    assert not wanted(_swe_job(prePull={"enabled": True}, provider="e2b", e2b=e2b))
+    e2b_job = SWESMITH.copy().with_sandbox(prePull={"enabled": True}, provider="e2b", e2b=e2b)
+    assert not wanted(e2b_job.obj())
 
 
 def test_the_operator_reads_the_images_as_the_trainer_wrote_them() -> None:
@@ -141,7 +136,7 @@ def test_the_operator_reads_the_images_as_the_trainer_wrote_them() -> None:
 
 
 def test_the_trainer_may_write_its_task_images_configmap_and_no_other() -> None:
-    on = _swe_job(prePull={"enabled": True})
+    on = SWESMITH.copy().with_sandbox(prePull={"enabled": True}).obj()
     role = next(o for o in trainer_rbac(on, BuildContext.for_job(on)) if o["kind"] == "Role")
     configmap_rules = [r for r in role["rules"] if "configmaps" in r["resources"]]
     assert configmap_rules == [
@@ -155,7 +150,7 @@ def test_the_trainer_may_write_its_task_images_configmap_and_no_other() -> None:
     env = {e["name"]: e.get("value") for e in trainer_env(on, BuildContext.for_job(on), attempt=0)}
     assert env["AGENTRL_TASK_IMAGES_CONFIGMAP"] == "swe-task-images"
 
-    off = _swe_job(prePull={"enabled": False})
+    off = SWESMITH.copy().with_sandbox(prePull={"enabled": False}).obj()
     role = next(o for o in trainer_rbac(off, BuildContext.for_job(off)) if o["kind"] == "Role")
     assert not [r for r in role["rules"] if "configmaps" in r["resources"]]
     env = {e["name"] for e in trainer_env(off, BuildContext.for_job(off), attempt=0)}

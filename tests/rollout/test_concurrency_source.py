@@ -188,19 +188,12 @@ async def test_the_scheduler_follows_the_configmap_watched_through_the_api_serve
 def _worker_1_of_2(source: RuntimeFileSource) -> contextlib.AbstractAsyncContextManager[Any]:
     """``open_rollout`` of the second of two rollout workers of a job whose spec asks for a
     sandbox concurrency of 6 (a share of 3 each), with no task, following ``source``."""
-    from agentrl.api import AgentRLJob
     from agentrl.rollout.agent import WordTurnTokenizer
     from agentrl.rollout.runtime import open_rollout
     from agentrl.sandbox.fake import FakeProvider
+    from tests.factories import make_job
 
-    job = AgentRLJob.model_validate(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": "swe"},
-            "spec": {"model": {"source": {"path": "tiny"}}, "sandbox": {"concurrency": 6}},
-        }
-    )
+    job = make_job("swe", None).with_model_path("tiny").with_concurrency(6).obj()
     return open_rollout(
         job.spec,
         provider=FakeProvider(),

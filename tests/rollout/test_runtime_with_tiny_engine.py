@@ -7,37 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
 from agentrl.rollout.runtime import open_rollout
 from agentrl.rollout.tasks import generate_toy_tasks
 from agentrl.sandbox.local import LocalProvider
+from tests.factories import make_job
 
 torch = pytest.importorskip("torch", reason="the tiny engine needs the training extra")
 
 pytestmark = pytest.mark.slow
 
 
-def spec() -> AgentRLJob:
-    return AgentRLJob.model_validate(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": "toy"},
-            "spec": {
-                "model": {"source": {"path": "tiny"}},
-                "inference": {"contextLength": 4096},
-                "rollout": {
-                    "groupSize": 2,
-                    "maxTurns": 3,
-                    "maxTrajectoryTokens": 4096,
-                    "maxTokensPerTurn": 8,
-                },
-                "sandbox": {"provider": "local", "concurrency": 4},
-                "trainer": {"trajectoriesPerStep": 4},
-            },
-        }
-    )
+#: Groups of 2, three turns of 8 tokens, four local sandboxes, steps of 4.
+TOY = (
+    make_job("toy", None)
+    .with_model_path("tiny")
+    .with_inference(contextLength=4096)
+    .with_rollout(groupSize=2, maxTurns=3, maxTrajectoryTokens=4096, maxTokensPerTurn=8)
+    .with_sandbox(provider="local", concurrency=4)
+    .with_trainer(trajectoriesPerStep=4)
+)
 
 
 async def test_episodes_against_the_tiny_engine_record_its_tokens_and_logprobs(
@@ -53,7 +42,7 @@ async def test_episodes_against_the_tiny_engine_record_its_tokens_and_logprobs(
     server = TestServer(build_app(engine), host="127.0.0.1")
     await server.start_server()
     try:
-        job = spec()
+        job = TOY.obj()
         tasks = generate_toy_tasks()[:2]
         trajectories = []
         async with open_rollout(

@@ -28,6 +28,7 @@ from agentrl.sandbox.kubernetes import (
     template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
+from tests.factories import make_job
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.usefixtures("crd_installed")]
 
@@ -36,16 +37,11 @@ def create_job(kubectl: Kubectl, name: str) -> AgentRLJob:
     """An AgentRLJob stored in the test namespace (sandbox pods are owned by it: a pod whose
     owner does not exist would be garbage-collected under the test)."""
     kubectl.apply(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": name},
-            "spec": {
-                "model": {"source": {"path": "tiny"}},
-                "rollout": {"episodeTimeoutSeconds": 600, "verifierTimeoutSeconds": 300},
-                "sandbox": {"cpu": "100m", "memory": "128Mi", "startupTimeoutSeconds": 60},
-            },
-        }
+        make_job(name, None)
+        .with_model_path("tiny")
+        .with_rollout(episodeTimeoutSeconds=600, verifierTimeoutSeconds=300)
+        .with_sandbox(cpu="100m", memory="128Mi", startupTimeoutSeconds=60)
+        .manifest()
     )
     return AgentRLJob.model_validate(kubectl.json("get", "arj", name))
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from agentrl.api import AgentRLJob
 from agentrl.sandbox.errors import SandboxCreateError
 from agentrl.sandbox.kubernetes import (
     EPISODE_LABEL,
@@ -18,6 +17,7 @@ from agentrl.sandbox.kubernetes import (
     template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
+from tests.factories import make_job
 
 
 class FakeTransport:
@@ -78,22 +78,12 @@ class FakeTransport:
         return None
 
 
-def job() -> AgentRLJob:
-    return AgentRLJob.model_validate(
-        {
-            "apiVersion": "agentrl.dev/v1alpha1",
-            "kind": "AgentRLJob",
-            "metadata": {"name": "swe", "namespace": "ns"},
-            "spec": {
-                "model": {"source": {"path": "tiny"}},
-                "sandbox": {"cpu": "1", "memory": "2Gi"},
-            },
-        }
-    )
+#: The job whose sandboxes these tests create: 1 CPU and 2Gi each.
+JOB = make_job("swe", "ns").with_model_path("tiny").with_sandbox(cpu="1", memory="2Gi")
 
 
 def provider(transport: FakeTransport) -> KubernetesProvider:
-    template, prefix = template_from_job(job(), namespace="ns", uid="uid-1")
+    template, prefix = template_from_job(JOB.obj(), namespace="ns", uid="uid-1")
     return KubernetesProvider(
         transport=transport,
         pod_template=template,
@@ -200,7 +190,7 @@ async def test_episodes_that_start_together_wait_for_the_reap_and_keep_their_pod
 
 async def test_reaping_matches_the_jobs_labels_as_well_as_the_worker_id() -> None:
     transport = FakeTransport()
-    template, prefix = template_from_job(job(), namespace="ns", uid="uid-1")
+    template, prefix = template_from_job(JOB.obj(), namespace="ns", uid="uid-1")
     reaper = KubernetesProvider(
         transport=transport,
         pod_template=template,
