@@ -169,9 +169,8 @@ def toy_driver(
         stream = TaskStream(TaskOrder(generate_toy_tasks(0)[:8], 0), cursor=0, pending=[])
     admission = StalenessAdmission(
         trajectories_per_step=per_step, max_staleness=1, group_size=group_size,
-        policy_version=state.step,
     )  # fmt: skip
-    admission.admitted = state.step * per_step
+    admission.resume_at(state.step)
     scheduler = RolloutScheduler(
         runner=runner, tasks=stream, admission=admission, concurrency=concurrency,
         group_size=group_size,

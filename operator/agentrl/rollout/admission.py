@@ -112,6 +112,15 @@ class StalenessAdmission(_Notifier):
         self.policy_version = version
         self._notify()
 
+    def resume_at(self, step: int) -> None:
+        """A run resumed from the checkpoint of ``step``: the engines hold that step's weights
+        and every episode of the steps before it counts as admitted (nothing is outstanding
+        after a restart: the checkpoint holds no trajectory in flight)."""
+        self.policy_version = step
+        self.admitted = step * self.trajectories_per_step
+        self._owed = 0
+        self._notify()
+
     def try_admit(self) -> int | None:
         if self._owed == 0:
             # A new group: only if the whole group fits (a group smaller than the limit
