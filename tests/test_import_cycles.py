@@ -20,8 +20,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
     frozenset({"agentrl.reconcile.observed", "agentrl.reconcile.quotas"}),
     # trainer/cli.py <-> trainer/ranks.py: ranks reaches up into cli for its factories
     frozenset({"agentrl.trainer.cli", "agentrl.trainer.ranks"}),
-    # trainer/loop.py <-> trainer/step_metrics.py (step_metrics names StepRecord for typing)
-    frozenset({"agentrl.trainer.loop", "agentrl.trainer.step_metrics"}),
     # devcluster: prepare <-> images, node.artifacts, sglang_env (imports inside functions)
     frozenset(
         {

@@ -17,12 +17,18 @@ here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import Counter, Gauge
 
-if TYPE_CHECKING:
-    from agentrl.trainer.loop import StepRecord
+
+class StepFigures(Protocol):
+    """What :func:`observe` reads of a step: :class:`agentrl.trainer.loop.StepRecord` (named
+    structurally, so that this module, which the driver imports, imports nothing of it)."""
+
+    trajectories: int
+    tokens: int
+
 
 REWARD_MEAN = Gauge("agentrl_trainer_reward_mean", "Mean reward of the last step's trajectories.")
 PASS_RATE = Gauge(
@@ -76,7 +82,7 @@ _GAUGE_FIELDS: tuple[tuple[Gauge, str], ...] = (
 )
 
 
-def observe(record: StepRecord) -> None:
+def observe(record: StepFigures) -> None:
     """Set the gauges to ``record``'s figures and add its trajectories and tokens."""
     for gauge, name in _GAUGE_FIELDS:
         gauge.set(getattr(record, name))
