@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.factories import make_job
 
 from agentrl.devcluster import stages
 from agentrl.devcluster.testing import Kubectl, wait_for
@@ -32,42 +33,20 @@ CHILD_KINDS = (
 )
 
 
-def small_job(name: str = "small", **spec: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {
-                "source": {"path": "/models/Qwen3-8B", "pvc": "models"},
-                "architecture": "Qwen3-8B",
-            },
-            "inference": {
-                "engines": 2,
-                "contextLength": 32768,
-                "maxRunningRequests": 32,
-                "cpu": "8",
-                "memory": "64Gi",
-            },
-            "rollout": {
-                "groupSize": 4,
-                "maxTrajectoryTokens": 32768,
-                "maxTokensPerTurn": 4096,
-                "workers": 1,
-            },
-            "sandbox": {"concurrency": 8},
-            "trainer": {
-                "nodes": 1,
-                "gpusPerNode": 2,
-                "trajectoriesPerStep": 8,
-                "cpu": "8",
-                "memory": "64Gi",
-                "backoffLimit": 1,
-            },
-        },
-    }
-    job["spec"].update(spec)
-    return job
+#: A job the simulated cluster can run: 2 single-GPU engines, 1 trainer node of 2 GPUs.
+SMALL = (
+    make_job("small", None)
+    .with_model_pvc("models", "/models/Qwen3-8B")
+    .with_model(architecture="Qwen3-8B")
+    .with_inference(
+        engines=2, contextLength=32768, maxRunningRequests=32, cpu="8", memory="64Gi"
+    )
+    .with_rollout(groupSize=4, maxTrajectoryTokens=32768, maxTokensPerTurn=4096, workers=1)
+    .with_concurrency(8)
+    .with_trainer(
+        nodes=1, gpusPerNode=2, trajectoriesPerStep=8, cpu="8", memory="64Gi", backoffLimit=1
+    )
+)
 
 
 def children(kubectl: Kubectl, job: str) -> dict[str, list[str]]:
@@ -136,17 +115,7 @@ def test_an_oversized_job_reports_the_schedulers_reason(
 ) -> None:
     # 5 engines × 8 GPUs = 40 > the 32 GPUs of the 4 simulated nodes (the trainer takes 2 more)
     kubectl.apply(
-        small_job(
-            "big",
-            inference={
-                "engines": 5,
-                "gpusPerEngine": 8,
-                "contextLength": 32768,
-                "maxRunningRequests": 32,
-                "cpu": "8",
-                "memory": "64Gi",
-            },
-        )
+        SMALL.copy("big").with_engines(5, gpus_per_engine=8).manifest()
     )
 
     def unschedulable() -> dict[str, str] | None:
@@ -165,7 +134,7 @@ def test_an_oversized_job_reports_the_schedulers_reason(
 def test_kubectl_scale_reaches_the_rollout_tiers_config(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job())
+    kubectl.apply(SMALL.manifest())
     wait_for(
         lambda: kubectl.run("get", "deployment", "small-rollout", check=False).returncode == 0,
         timeout=60,
@@ -192,7 +161,7 @@ def test_kubectl_scale_reaches_the_rollout_tiers_config(
 def test_suspend_scales_to_zero_and_resume_restores(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job())
+    kubectl.apply(SMALL.manifest())
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     kubectl.run("patch", "arj", "small", "--type=merge", "-p", '{"spec":{"suspend":true}}')
     wait_condition(kubectl, "small", "Suspended", "True")
@@ -236,7 +205,7 @@ def _trainer_pod(kubectl: Kubectl, job: str) -> dict[str, Any] | None:
 def test_a_failed_trainer_restarts_then_fails_past_its_backoff_limit(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job())  # backoffLimit 1: one restart allowed
+    kubectl.apply(SMALL.manifest())  # backoffLimit 1: one restart allowed
     for attempt in (0, 1):
         pod = wait_for(
             lambda: _trainer_pod(kubectl, "small"),
@@ -264,7 +233,7 @@ def test_a_failed_trainer_restarts_then_fails_past_its_backoff_limit(
 
 
 def test_active_deadline_fails_the_job(kubectl: Kubectl, operator: OperatorProcess) -> None:
-    kubectl.apply(small_job(activeDeadlineSeconds=8))
+    kubectl.apply(SMALL.copy().with_deadline(8).manifest())
     failed = wait_condition(kubectl, "small", "Failed", "True", timeout=90)
     assert failed["reason"] == "DeadlineExceeded"
 
@@ -272,7 +241,7 @@ def test_active_deadline_fails_the_job(kubectl: Kubectl, operator: OperatorProce
 def test_a_completed_job_is_deleted_after_its_ttl(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job(ttlSecondsAfterFinished=3))
+    kubectl.apply(SMALL.copy().with_ttl(3).manifest())
     pod = wait_for(lambda: _trainer_pod(kubectl, "small"), timeout=90, what="trainer running")
     kubectl.run(
         "annotate",
@@ -292,7 +261,7 @@ def test_a_completed_job_is_deleted_after_its_ttl(
 def test_deleting_the_job_leaves_nothing_behind(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job())
+    kubectl.apply(SMALL.manifest())
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     # a sandbox pod as the rollout tier creates them: labelled and owned by the job
     uid = kubectl.json("get", "arj", "small")["metadata"]["uid"]
@@ -330,7 +299,7 @@ def test_deleting_the_job_leaves_nothing_behind(
 def test_an_operator_killed_mid_reconcile_converges_without_duplicates(
     kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
-    kubectl.apply(small_job())
+    kubectl.apply(SMALL.manifest())
     # kill it as soon as it has started writing children, before it could finish
     wait_for(
         lambda: kubectl.run("get", "configmap", "small-config", check=False).returncode == 0,
@@ -362,7 +331,7 @@ def test_operator_metrics_count_reconciles_and_api_requests(
     operator.metrics_port = port
     operator.health_port = free_port()
     operator.start()
-    kubectl.apply(small_job())
+    kubectl.apply(SMALL.manifest())
     wait_condition(kubectl, "small", "Ready", "True", timeout=120)
     text = wait_for(lambda: _scrape(urllib.request, port), timeout=30, what="/metrics")
     samples = {

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.factories import make_job
 
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
@@ -155,23 +156,19 @@ async def count_pods(
         counter.events.append((int(pod.metadata.resourceVersion), len(counter.live)))
 
 
-def job_manifest() -> dict[str, Any]:
-    return {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": "inv"},
-        "spec": {
-            "model": {"source": {"path": "tiny"}},
-            "rollout": {"maxTurns": 4, "maxTrajectoryTokens": 2048, "maxTokensPerTurn": 16},
-            "sandbox": {
-                "concurrency": PHASES[0][0],
-                "cpu": "10m",
-                "memory": "16Mi",
-                "startupTimeoutSeconds": 60,
-                "maxCreatesPerSecond": 500,
-            },
-        },
-    }
+#: Tiny sandboxes created fast, starting at the first phase's concurrency.
+JOB = (
+    make_job("inv", None)
+    .with_model_path("tiny")
+    .with_rollout(maxTurns=4, maxTrajectoryTokens=2048, maxTokensPerTurn=16)
+    .with_sandbox(
+        concurrency=PHASES[0][0],
+        cpu="10m",
+        memory="16Mi",
+        startupTimeoutSeconds=60,
+        maxCreatesPerSecond=500,
+    )
+)
 
 
 async def test_a_thousand_episodes_never_hold_more_live_sandbox_pods_than_the_concurrency(
@@ -180,7 +177,7 @@ async def test_a_thousand_episodes_never_hold_more_live_sandbox_pods_than_the_co
     from lightkube import AsyncClient, KubeConfig
 
     namespace = kubectl.namespace or "default"
-    kubectl.apply(job_manifest())
+    kubectl.apply(JOB.manifest())
     job = AgentRLJob.model_validate(kubectl.json("get", "arj", "inv"))
     labels = job_selector(job)
     template, prefix = template_from_job(job, namespace=namespace)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.factories import make_job
 
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import ClassAction, TerminalClass
@@ -39,40 +40,19 @@ from agentrl.sandbox.provider import SandboxRequest
 SANDBOX_SELECTOR = "app.kubernetes.io/component=sandbox"
 
 
-def job_manifest(name: str, *, concurrency: int, **sandbox: Any) -> dict[str, Any]:
-    """A small job the simulated cluster can run (2 single-GPU engines, 1 trainer node)."""
-    return {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {
-                "source": {"path": "/models/Qwen3-8B", "pvc": "models"},
-                "architecture": "Qwen3-8B",
-            },
-            "inference": {
-                "engines": 2,
-                "contextLength": 32768,
-                "maxRunningRequests": 32,
-                "cpu": "8",
-                "memory": "64Gi",
-            },
-            "rollout": {
-                "groupSize": 2,
-                "maxTrajectoryTokens": 32768,
-                "maxTokensPerTurn": 4096,
-                "workers": 1,
-            },
-            "sandbox": {"concurrency": concurrency, "cpu": "500m", "memory": "512Mi", **sandbox},
-            "trainer": {
-                "nodes": 1,
-                "gpusPerNode": 2,
-                "trajectoriesPerStep": 8,
-                "cpu": "8",
-                "memory": "64Gi",
-            },
-        },
-    }
+#: A small job the simulated cluster can run (2 single-GPU engines, 1 trainer node); each test
+#: names its copy and sets the sandbox concurrency: ``SMALL.copy("scaled").with_concurrency(2)``.
+SMALL = (
+    make_job("small", None)
+    .with_model_pvc("models", "/models/Qwen3-8B")
+    .with_model(architecture="Qwen3-8B")
+    .with_inference(
+        engines=2, contextLength=32768, maxRunningRequests=32, cpu="8", memory="64Gi"
+    )
+    .with_rollout(groupSize=2, maxTrajectoryTokens=32768, maxTokensPerTurn=4096, workers=1)
+    .with_sandbox(cpu="500m", memory="512Mi")
+    .with_trainer(nodes=1, gpusPerNode=2, trajectoriesPerStep=8, cpu="8", memory="64Gi")
+)
 
 
 def sandbox_status(kubectl: Kubectl, name: str) -> dict[str, Any]:
@@ -98,7 +78,7 @@ def live_sandbox_pods(kubectl: Kubectl) -> int:
 @pytest.mark.apiserver
 @pytest.mark.usefixtures("crd_installed")
 def test_an_hpa_targeting_the_job_is_accepted_and_reads_its_scale(kubectl: Kubectl) -> None:
-    kubectl.apply(job_manifest("swe-agent", concurrency=96))
+    kubectl.apply(SMALL.copy("swe-agent").with_concurrency(96).manifest())
     # What the operator would write; set here so the HPA also finds the pod selector.
     kubectl.run(
         "patch",
@@ -148,11 +128,13 @@ def test_the_pre_pull_daemonset_runs_on_sandbox_nodes_and_reports_progress(
     nodes = kubectl.json("get", "nodes")["items"]
     # the dev cluster labels its CPU nodes as the sandbox pool
     node_selector = {"agentrl.dev/node-pool": "sandbox"}
-    manifest = job_manifest(
-        "prepull",
-        concurrency=4,
-        nodeSelector=node_selector,
-        prePull={"enabled": True, "maxPullsPerHour": 1000},
+    manifest = (
+        SMALL.copy("prepull")
+        .with_concurrency(4)
+        .with_sandbox(
+            nodeSelector=node_selector, prePull={"enabled": True, "maxPullsPerHour": 1000}
+        )
+        .manifest()
     )
     kubectl.apply(manifest)
     created = kubectl.json("get", "arj", "prepull")
@@ -211,7 +193,7 @@ async def _wait(check: Any, *, timeout: float, what: str) -> Any:
 async def test_kubectl_scale_up_and_down_changes_the_sandbox_pods_in_flight(
     kubectl: Kubectl, cluster: ClusterHandle
 ) -> None:
-    manifest = job_manifest("scaled", concurrency=2)
+    manifest = SMALL.copy("scaled").with_concurrency(2).manifest()
     kubectl.apply(manifest)
     await _wait(
         lambda: runtime_concurrency(kubectl, "scaled") == 2,
@@ -308,18 +290,15 @@ def test_the_autoscaler_fed_synthetic_metrics_moves_within_bounds_and_steps_and_
             for i in range(2)
         ]
     }
-    manifest = job_manifest(
-        "auto",
-        concurrency=8,
-        autoscale={
-            "enabled": True,
-            "min": 4,
-            "max": 30,
-            "maxStepUp": 8,
-            "maxStepDown": 5,
-            "cooldownSeconds": 1,
-        },
-    )
+    autoscale = {
+        "enabled": True,
+        "min": 4,
+        "max": 30,
+        "maxStepUp": 8,
+        "maxStepDown": 5,
+        "cooldownSeconds": 1,
+    }
+    manifest = SMALL.copy("auto").with_concurrency(8).with_sandbox(autoscale=autoscale).manifest()
     manifest["metadata"]["annotations"] = {ANNOTATION_SYNTHETIC_ENGINE_METRICS: json.dumps(idle)}
     kubectl.apply(manifest)
 
@@ -388,7 +367,7 @@ def test_a_resource_quota_caps_concurrency_and_status_names_it(kubectl: Kubectl)
         timeout=60,
         what="the quota controller to fill status",
     )
-    kubectl.apply(job_manifest("capped", concurrency=8))
+    kubectl.apply(SMALL.copy("capped").with_concurrency(8).manifest())
 
     def capped() -> dict[str, Any] | None:
         sandbox = sandbox_status(kubectl, "capped")

@@ -46,6 +46,15 @@ class JobFactory:
         _set(self._doc["spec"], path, value)
         return self
 
+    def without_spec(self, path: str) -> Self:
+        """Remove ``spec.<path>`` if present, e.g. ``without_spec("trainer.parallelism")``."""
+        *parents, leaf = path.split(".")
+        cur = self._doc["spec"]
+        for key in parents:
+            cur = cur.get(key, {})
+        cur.pop(leaf, None)
+        return self
+
     def with_metadata(self, path: str, value: Any) -> Self:
         """Set ``metadata.<path>`` (``uid``, ``generation``, ``labels``...)."""
         _set(self._doc["metadata"], path, value)
@@ -154,10 +163,14 @@ class JobFactory:
 
     # ---- results ---------------------------------------------------------------------------
 
-    def copy(self) -> JobFactory:
-        """An independent factory with this one's manifest, to adjust a module's base job per
-        test without touching the base: ``BASE.copy().with_sandbox(allowInternet=True).obj()``."""
-        return from_manifest(self._doc)
+    def copy(self, name: str | None = None) -> JobFactory:
+        """An independent factory with this one's manifest (renamed to ``name`` if given), to
+        adjust a module's base job per test without touching the base:
+        ``BASE.copy().with_sandbox(allowInternet=True).obj()``."""
+        twin = from_manifest(self._doc)
+        if name is not None:
+            twin.with_metadata("name", name)
+        return twin
 
     def manifest(self) -> dict[str, Any]:
         """The manifest as a dict (a copy)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +15,7 @@ from agentrl.devcluster.testing import ClusterHandle, Kubectl
 from tests.chart.charting import Helm
 from tests.chart.test_chart_namespaced_install import token_kubeconfig
 from tests.controller.apiserver import apply_and_reconcile, condition
+from tests.factories import from_manifest
 
 pytestmark = [pytest.mark.apiserver]
 
@@ -24,17 +24,15 @@ NAME = REPORT["metadata"]["name"]
 LABEL = "amd.com/gpu.product-name=AMD_Instinct_MI355X"
 
 
-def _manifest(engines: int = 24) -> dict[str, Any]:
-    manifest = yaml.safe_load(yaml.safe_dump(REPORT))
-    manifest["spec"]["inference"]["engines"] = engines
-    return manifest
+#: The report's job as shipped: 24 single-GPU engines.
+REPORT_JOB = from_manifest(REPORT).with_engines(24)
 
 
 @pytest.mark.usefixtures("crd_installed")
 async def test_the_report_fits_the_simulated_mi355x_nodes(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    await apply_and_reconcile(kubectl, _manifest(), cluster.kubeconfig, namespace)
+    await apply_and_reconcile(kubectl, REPORT_JOB.manifest(), cluster.kubeconfig, namespace)
     cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("True", "GPUCapacitySufficient")
     # 4 nodes × 8 GPUs; 1 trainer pod × 8 + 24 engines × 1 = 32
@@ -48,7 +46,8 @@ async def test_the_report_fits_the_simulated_mi355x_nodes(
 async def test_a_job_larger_than_the_nodes_gets_the_shortfall_and_its_children(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    await apply_and_reconcile(kubectl, _manifest(engines=32), cluster.kubeconfig, namespace)
+    manifest = REPORT_JOB.copy().with_engines(32).manifest()
+    await apply_and_reconcile(kubectl, manifest, cluster.kubeconfig, namespace)
     cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("False", "GPUCapacityInsufficient")
     # 8 + 32 = 40 GPUs: five 8-GPU nodes; the cluster has four (its CPU nodes do not match)
@@ -90,7 +89,7 @@ async def test_without_permission_to_list_nodes_the_preflight_says_so_and_nothin
 ) -> None:
     own = Kubectl(kubectl.binary, namespaced_operator, namespace)
     assert own.run("get", "nodes", check=False).returncode != 0  # the premise: no Nodes
-    await apply_and_reconcile(kubectl, _manifest(), namespaced_operator, namespace)
+    await apply_and_reconcile(kubectl, REPORT_JOB.manifest(), namespaced_operator, namespace)
     cond = condition(kubectl, NAME, "GPUsAvailable")
     assert (cond["status"], cond["reason"]) == ("Unknown", "NodesUnreadable")
     assert cond["message"].startswith(

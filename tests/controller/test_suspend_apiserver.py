@@ -22,6 +22,7 @@ import yaml
 
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 from tests.controller.apiserver import apply_and_reconcile, condition, reconcile_once
+from tests.factories import from_manifest
 
 pytestmark = [pytest.mark.apiserver]
 
@@ -30,14 +31,14 @@ NAME = REPORT["metadata"]["name"]
 TRAINER_PODS = f"agentrl.dev/job={NAME},app.kubernetes.io/component=trainer"
 
 
-def _manifest() -> dict[str, Any]:
-    manifest = yaml.safe_load(yaml.safe_dump(REPORT))
-    manifest["spec"]["inference"].update(engines=2, server="tiny", gpusPerEngine=0)
-    trainer = manifest["spec"]["trainer"]
-    trainer.update(backend="torch", gpusPerNode=0)
-    trainer.pop("parallelism", None)
-    trainer["checkpoint"]["stopGracePeriodSeconds"] = 30
-    return manifest
+#: The report's job cut to CPU: two tiny engines, a torch trainer, a 30 s stop grace period.
+TINY_REPORT = (
+    from_manifest(REPORT)
+    .with_inference(engines=2, server="tiny", gpusPerEngine=0)
+    .with_trainer(backend="torch", gpusPerNode=0)
+    .without_spec("trainer.parallelism")
+    .with_spec("trainer.checkpoint.stopGracePeriodSeconds", 30)
+)
 
 
 def _trainer_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def _replicas(kubectl: Kubectl, kind: str, name: str) -> int:
 async def test_suspend_waits_for_the_trainer_pods_before_scaling_the_engines_to_zero(
     cluster: ClusterHandle, kubectl: Kubectl, namespace: str
 ) -> None:
-    await apply_and_reconcile(kubectl, _manifest(), cluster.kubeconfig, namespace)
+    await apply_and_reconcile(kubectl, TINY_REPORT.manifest(), cluster.kubeconfig, namespace)
     job = kubectl.json("get", "job", f"{NAME}-trainer")
     assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 30
     wait_for(lambda: _trainer_pods(kubectl), timeout=60, what="the Job's trainer pod")
@@ -97,7 +98,7 @@ def _probe_trainer_job(name: str) -> dict[str, Any]:
     from agentrl.reconcile import trainer
     from agentrl.reconcile.context import BuildContext
 
-    job = load_job(yaml.safe_dump(_manifest()))
+    job = load_job(yaml.safe_dump(TINY_REPORT.manifest()))
     built = trainer.trainer_job(job, BuildContext.for_job(job))
     built["metadata"] = {"name": name}  # no ownerReference: no AgentRLJob owns it here
     pod = built["spec"]["template"]["spec"]
