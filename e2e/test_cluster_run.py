@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.factories import from_manifest
 
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 
@@ -43,15 +44,17 @@ SANDBOX = {"agentrl.dev/job": JOB, "app.kubernetes.io/component": "sandbox"}
 RESYNC_SECONDS = yaml.safe_load(VALUES.read_text())["operator"]["resyncSeconds"]
 
 
-def job_manifest() -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    trainer = job["spec"]["trainer"]
-    trainer["checkpoint"]["intervalSteps"] = 2
-    trainer["trajectoriesPerStep"] = 16
-    trainer["maxSteps"] = 100
-    # one held-out evaluation, at the start, small enough to end while the run goes on
-    trainer["evaluation"] = {"tasks": 8, "attemptsPerTask": 1, "intervalSteps": 0}
-    return job
+#: The shipped example checkpointing every 2 steps of 16, up to 100 steps, with one held-out
+#: evaluation, at the start, small enough to end while the run goes on.
+QUICKSTART = (
+    from_manifest(yaml.safe_load(EXAMPLE.read_text()))
+    .with_spec("trainer.checkpoint.intervalSteps", 2)
+    .with_trainer(
+        trajectoriesPerStep=16,
+        maxSteps=100,
+        evaluation={"tasks": 8, "attemptsPerTask": 1, "intervalSteps": 0},
+    )
+)
 
 
 # ---- what the test watches ---------------------------------------------------------------------
@@ -284,7 +287,7 @@ def _run(
     kubectl: Kubectl, watch: SandboxWatch, metrics: TrainerMetrics, operator_on_real_node: str
 ) -> None:
     # -- apply: Ready, then steps with status filled in -----------------------------------------
-    kubectl.apply(job_manifest())
+    kubectl.apply(QUICKSTART.manifest())
     wait_for(
         lambda: condition(kubectl, "Ready").get("status") == "True",
         timeout=600, interval=2, what="the job Ready",

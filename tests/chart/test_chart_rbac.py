@@ -9,7 +9,6 @@ from typing import Any
 
 import yaml
 
-from agentrl.api import AgentRLJob
 from tests.chart.charting import (
     CLUSTER_NEEDS,
     NAMESPACE_DISCOVERY,
@@ -19,6 +18,7 @@ from tests.chart.charting import (
     expand,
     find,
 )
+from tests.factories import from_manifest
 
 
 def test_cluster_wide_mode_grants_exactly_what_the_operator_uses(helm: Helm) -> None:
@@ -61,10 +61,10 @@ def test_rbac_create_false_renders_no_rbac_objects(helm: Helm) -> None:
                 ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
 
 
-def _job() -> AgentRLJob:
-    body = yaml.safe_load((REPO / "examples" / "mi355x-report.yaml").read_text())
-    body["metadata"]["namespace"] = "team-a"
-    return AgentRLJob.model_validate(body)
+#: The shipped MI355X report job, in namespace team-a.
+MI355X = from_manifest(
+    yaml.safe_load((REPO / "examples" / "mi355x-report.yaml").read_text())
+).with_metadata("namespace", "team-a")
 
 
 def _grants(held: set[tuple[str, str, str]], rule: dict[str, Any]) -> list[str]:
@@ -85,8 +85,8 @@ def test_operator_holds_every_rule_of_the_roles_it_creates_for_a_job(helm: Helm)
     held = expand(find(docs, "ClusterRole")["rules"])
     child_rules = [
         *rbac.sandbox_provider_rules(),
-        *rbac.watchdog_rules(_job()),
-        *rbac.trainer_rules(_job(), task_images=True),
+        *rbac.watchdog_rules(MI355X.obj()),
+        *rbac.trainer_rules(MI355X.obj(), task_images=True),
     ]
     assert child_rules, "the reconcile layer builds Roles for rollout workers and watchdogs"
     for rule in child_rules:
