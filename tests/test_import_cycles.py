@@ -18,8 +18,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
     # reconcile/observed.py <-> reconcile/quotas.py: being fixed in agentrl.reconcile
     # (constants moving to a wire-contract module in agentrl.api); drop this entry then.
     frozenset({"agentrl.reconcile.observed", "agentrl.reconcile.quotas"}),
-    # trainer/cli.py <-> trainer/ranks.py: ranks reaches up into cli for its factories
-    frozenset({"agentrl.trainer.cli", "agentrl.trainer.ranks"}),
     # devcluster: prepare <-> images, node.artifacts, sglang_env (imports inside functions)
     frozenset(
         {

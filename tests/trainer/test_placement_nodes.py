@@ -27,7 +27,8 @@ from agentrl.reconcile import configmap
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.trainer import placement
-from agentrl.trainer.cli import TrainerConfig, TrainerDriver, TrainerEnv, join_ray
+from agentrl.trainer.config import TrainerConfig, TrainerEnv
+from agentrl.trainer.pod import TrainerDriver, join_ray
 from agentrl.trainer.ranks import TrainerRank
 from tests.api.cases import BASE, merge
 

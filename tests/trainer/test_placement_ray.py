@@ -18,7 +18,7 @@ import yaml
 from agentrl.api import AgentRLJob
 from agentrl.api.validation import load_job
 from agentrl.trainer import placement
-from agentrl.trainer.cli import TrainerDriver
+from agentrl.trainer.pod import TrainerDriver
 from agentrl.trainer.ranks import TrainerRank
 from tests.api.cases import merge
 from tests.trainer.tiny_engine import tiny_engine
@@ -145,7 +145,8 @@ def test_rank_zeros_actor_steps_the_torch_backend_as_the_driver_would_in_process
     from agentrl.reconcile.context import BuildContext
     from agentrl.reconcile.policies.suspend import workload_scale
     from agentrl.trainer.batching import TrainSample
-    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, build_backend
+    from agentrl.trainer.config import TrainerConfig, TrainerEnv
+    from agentrl.trainer.factories import build_backend
     from agentrl.trainer.ranks import RemoteBackend
     from tests.trainer.factories import make_trajectory
 
@@ -209,8 +210,9 @@ def test_the_trainer_trains_under_ray_with_the_weight_sync_in_rank_zero(
     from agentrl.reconcile import configmap
     from agentrl.reconcile.context import BuildContext
     from agentrl.reconcile.policies.suspend import workload_scale
-    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, run_placed
+    from agentrl.trainer.config import TrainerConfig, TrainerEnv
     from agentrl.trainer.loop import StepRecord
+    from agentrl.trainer.pod import run_placed
 
     policy = tmp_path / "policy"
     with tiny_engine(policy) as url:

@@ -183,7 +183,7 @@ async def test_a_stop_requested_from_another_thread_before_the_loop_binds_still_
 
 
 def test_a_stopped_trainer_exits_143_so_a_deleted_pod_is_never_a_completed_index() -> None:
-    from agentrl.trainer.cli import Built
+    from agentrl.trainer.pod import Built
 
     built = Built(
         job="j", backend="torch", weight_sync="DiskWeightSync", engines=[], world_size=1,

@@ -9,7 +9,7 @@ from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.trainer import trainer_env
 from agentrl.rollout.tasks import Task
 from agentrl.trainer import task_images
-from agentrl.trainer.cli import TrainerEnv
+from agentrl.trainer.config import TrainerEnv
 from agentrl.trainer.loop import TaskOrder, TaskStream
 from tests.factories import make_job
 

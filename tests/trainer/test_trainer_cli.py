@@ -17,7 +17,8 @@ from agentrl.reconcile.observed import TrainerProgress, pod_from_object
 from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.reconcile.trainer import trainer_env
 from agentrl.trainer.checkpoint import Counters, DriverState
-from agentrl.trainer.cli import TrainerEnv, load_config, trainer
+from agentrl.trainer.cli import trainer
+from agentrl.trainer.config import TrainerEnv, load_config
 from agentrl.trainer.loop import StepRecord, StepTimes
 from agentrl.trainer.progress import (
     FakeProgressReporter,

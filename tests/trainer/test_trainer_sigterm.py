@@ -152,7 +152,8 @@ def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_a
     # pod 0's main process runs run_placed; the driver is an actor in another process, which
     # the kubelet's SIGTERM never reaches: run_placed hands it over
     from agentrl.trainer import placement
-    from agentrl.trainer.cli import TrainerConfig, TrainerEnv, run_placed
+    from agentrl.trainer.config import TrainerConfig, TrainerEnv
+    from agentrl.trainer.pod import run_placed
 
     checkpoints = tmp_path / "ckpt"
     with tiny_engine(tmp_path / "policy") as url:

@@ -29,6 +29,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -45,17 +46,22 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.evaluation import Evaluation
-from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
-from agentrl.rollout.tasks import load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
-from agentrl.sandbox import open_provider
 from agentrl.sandbox.errors import SandboxCreateError
-from agentrl.sandbox.metrics import InstrumentedProvider
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
+from agentrl.trainer.assembly import (
+    SessionOptions,
+    TaskSplit,
+    build_parts,
+    fixed_rollout,
+    open_session,
+    restore_state,
+    sandbox_provider,
+)
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.evaluation import EVALUATIONS_LOG, EvaluationRecord, PeriodicEvaluation
-from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
+from agentrl.trainer.loop import StepRecord, TaskStream
 from agentrl.trainer.torch_backend import TorchBackend
 from agentrl.trainer.weight_sync import DiskWeightSync
 
@@ -207,19 +213,16 @@ async def run_local(
     for sub in ("weights", "checkpoints", "logs", "sandboxes"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
 
-    tasks = load_tasks(spec.dataset)
-    train, held_out = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
+    tasks = TaskSplit.of(spec)
 
     phase("building the policy")
     if spec.model.source.path == tiny.BUILTIN_PATH:
-        model = tiny.initial_policy(options.seed, edit_names=edit_vocabulary(tasks))
+        model = tiny.initial_policy(options.seed, edit_names=edit_vocabulary(tasks.all))
     else:
         model = tiny.load_policy(spec.model.source.path)
     backend = TorchBackend(model, spec.trainer, temperature=spec.rollout.temperature)
     checkpoints = CheckpointStore(run_dir / "checkpoints")
-    state = DriverState()
-    if options.resume:
-        state = checkpoints.load(backend) or DriverState()
+    state = restore_state(checkpoints, backend, resume=options.resume)
     steps_log = run_dir / "logs" / "steps.jsonl"
     if not options.resume and steps_log.exists():
         steps_log.unlink()
@@ -254,12 +257,18 @@ async def run_local(
         )
         for url in engines.urls
     ]
-    # the same factory as the rollout workers': the spec's limits and the sandbox metrics
-    # (agentrl_sandbox_startup_seconds ...) on --metrics-port; injected failures are counted
-    provider = open_provider(spec.sandbox, local_base_dir=str(run_dir / "sandboxes"))
-    if options.chaos_rate:
-        chaos_provider = ChaosProvider(provider.inner, options.chaos_rate, options.seed)
-        provider = InstrumentedProvider(chaos_provider)  # type: ignore[arg-type]
+    # the same factory as the cluster's in-process tier and the rollout workers': the spec's
+    # limits and the sandbox metrics (agentrl_sandbox_startup_seconds ...) on --metrics-port;
+    # injected failures are counted
+    provider = sandbox_provider(
+        spec.sandbox,
+        local_base_dir=str(run_dir / "sandboxes"),
+        wrap=(
+            (lambda inner: ChaosProvider(inner, options.chaos_rate, options.seed))
+            if options.chaos_rate
+            else None
+        ),
+    )
     pool = EnginePool(clients, wait_ready_seconds=30.0)
     caps = EpisodeCaps.from_spec(spec)
     runner = CountingRunner(
@@ -276,11 +285,34 @@ async def run_local(
         initial_version=state.step,
         initial_path=start_weights,
     )
+    parts = build_parts(
+        spec,
+        tasks=tasks,
+        backend=backend,
+        checkpoints=checkpoints,
+        state=state,
+        weight_sync=weight_sync,
+    )
+    evals_log = run_dir / "logs" / EVALUATIONS_LOG
+    train_seconds = _EpisodeSeconds(on_trajectory)
+    session_options = SessionOptions(
+        steps_log=steps_log,
+        evaluation=None
+        if options.skip_eval
+        else _evaluation_spec(spec.trainer.evaluation, options),
+        evaluations_log=evals_log,
+        on_step=None if on_step is None else (lambda record, _driver: on_step(record)),
+        on_trajectory=train_seconds,
+        max_steps=options.max_steps,
+    )
+
+    def rollout(stream: TaskStream, admission: StalenessAdmission) -> Any:
+        return fixed_rollout(spec, runner, stream, admission)
+
     health: asyncio.Task[None] | None = None
     before: Evaluation | None = None
     after: Evaluation | None = None
     evaluation: PeriodicEvaluation | None = None
-    train_seconds = _EpisodeSeconds(on_trajectory)
 
     records: list[StepRecord] = []
     long_tail: list[float] = []
@@ -290,73 +322,21 @@ async def run_local(
             await client.wait_healthy(deadline_seconds=120.0)
         # Readiness probing starts once the engines are up (before, every probe would fail).
         health = asyncio.get_running_loop().create_task(pool.watch_health(1.0))
-        concurrency = spec.sandbox.concurrency
-        evals_log = run_dir / "logs" / EVALUATIONS_LOG
         if not options.resume:
             evals_log.unlink(missing_ok=True)
-        admission = StalenessAdmission(
-            trajectories_per_step=spec.trainer.trajectories_per_step,
-            max_staleness=spec.trainer.async_.max_staleness,
-            policy_version=state.step,
-            group_size=spec.rollout.group_size,
-        )
-        # Admission counts from the checkpoint's step: nothing is outstanding after a restart.
-        admission.admitted = state.step * spec.trainer.trajectories_per_step
-        stream = TaskStream(
-            TaskOrder(train, spec.dataset.seed),
-            cursor=state.task_cursor,
-            pending=state.pending_positions,
-        )
-        # one gate of live episodes for training and the held-out evaluations: together they
-        # never run more than the concurrency in effect
-        episodes = GatedEpisodes(runner, concurrency)
-        scheduler = RolloutScheduler(
-            runner=episodes,
-            tasks=stream,
-            concurrency=concurrency,
-            group_size=spec.rollout.group_size,
-            admission=admission,
-            batch_size=spec.trainer.trajectories_per_step,
-        )
-        evaluation = (
-            None
-            if options.skip_eval
-            else PeriodicEvaluation(
-                _evaluation_spec(spec.trainer.evaluation, options),
-                held_out,
-                seed=spec.dataset.seed,
-                runner=episodes,
-                concurrency=lambda: scheduler.concurrency,
-                log_path=evals_log,
-            )
-        )
-        if evaluation is not None and not options.resume:
-            # Before training, and waited for: the untrained weights alone, with the whole
-            # concurrency (the driver's evaluations at the interval run beside training).
-            phase("measuring held-out pass@1 (before)")
-            before = await evaluation.run_now(state.step)
-        driver = TrainingDriver(
-            spec=spec,
-            backend=backend,
-            source=scheduler,
-            admission=admission,
-            weight_sync=weight_sync,
-            checkpoints=checkpoints,
-            stream=stream,
-            state=state,
-            steps_log=steps_log,
-            on_step=on_step,
-            on_trajectory=train_seconds,
-            max_steps=options.max_steps,
-            evaluation=evaluation,
-        )
-        phase("training")
-        try:
-            state = await driver.run()
-        finally:
-            records = driver.records
-            long_tail = list(scheduler.long_tail_shares)
-            await scheduler.cancel()
+        async with open_session(parts, rollout, session_options) as session:
+            evaluation, driver = session.evaluation, session.driver
+            if evaluation is not None and not options.resume:
+                # Before training, and waited for: the untrained weights alone, with the whole
+                # concurrency (the driver's evaluations at the interval run beside training).
+                phase("measuring held-out pass@1 (before)")
+                before = await evaluation.run_now(state.step)
+            phase("training")
+            try:
+                state = await driver.run()
+            finally:
+                records = driver.records
+                long_tail = list(session.scheduler.long_tail_shares)
         if evaluation is not None:
             after = await _final_evaluation(evaluation, state.step, weight_sync, phase)
     except asyncio.CancelledError:
@@ -367,6 +347,7 @@ async def run_local(
             await asyncio.gather(health, return_exceptions=True)
         for client in clients:
             await client.close()
+        await provider.aclose()
         await engines.stop()
     if options.resume and steps_log.exists():
         records = [
@@ -383,8 +364,8 @@ async def run_local(
         infra_error_attempts=runner.infra_attempts,
         engine_restarts=engines.restarts,
         long_tail_shares=long_tail,
-        train_tasks=len(train),
-        held_out_tasks=len(held_out),
+        train_tasks=len(tasks.train),
+        held_out_tasks=len(tasks.held_out),
         evaluations=list(evaluation.results) if evaluation is not None else [],
         train_episode_seconds=train_seconds.seconds,
         wall_seconds=time.monotonic() - started,

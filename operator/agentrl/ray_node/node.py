@@ -1,6 +1,6 @@
 """Starting, joining and following a Ray head from a pod.
 
-Callers: ``agentrl.trainer.cli`` (pod 0's head, the other trainer pods' :func:`join_head`),
+Callers: ``agentrl.trainer.pod`` (pod 0's head, the other trainer pods' :func:`join_head`),
 ``agentrl.ray_node.cli`` (``agentrl ray join``: the rollout worker pods' command, which
 :func:`follow_head`).
 

@@ -11,8 +11,9 @@ Each result is one :class:`EvaluationRecord`: logged, appended to ``evaluations.
 ``steps.jsonl``, set on the ``agentrl_trainer_eval_pass_at_1`` gauge, and handed to
 ``on_result`` (the progress annotation the operator turns into status and an ``Evaluated`` event).
 
-Callers: :mod:`agentrl.trainer.cli` (rank 0 on a cluster) and :mod:`agentrl.local.runner`,
-both through :class:`agentrl.trainer.loop.TrainingDriver`.
+Callers: :mod:`agentrl.trainer.assembly` (the session of both the cluster trainer and
+``agentrl run``, through :class:`agentrl.trainer.loop.TrainingDriver`), :mod:`agentrl.trainer.pod`
+(rank 0 on a cluster) and :mod:`agentrl.local.runner` (its waited-for evaluations).
 """
 
 from __future__ import annotations

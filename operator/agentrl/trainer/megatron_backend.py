@@ -6,7 +6,8 @@ What it is made of:
 
 * **Parallelism** — :func:`initialize_parallel` calls ``parallel_state.initialize_model_parallel``
   with ``spec.trainer.parallelism`` (tensor, pipeline, context, expert) on the process group the
-  trainer pod's entry point opened (:mod:`agentrl.trainer.cli`).
+  trainer pod's processes opened (:func:`agentrl.trainer.pod.run_rank`,
+  :class:`agentrl.trainer.ranks.TrainerRank`).
 * **Model** — :func:`build_gpt_model`: a ``GPTModel`` whose ``TransformerConfig`` comes from the
   model's HF ``config.json`` (:mod:`agentrl.trainer.hf_config`: layers, hidden, heads, GQA
   groups, FFN, vocabulary, RoPE, q/k norms, MoE experts). Transformer Engine's layer spec when TE
@@ -48,7 +49,7 @@ tensors with ``torch.cuda.synchronize()``; off-GPU, :class:`HostTorchDistSave` w
 format with torch's synchronous DCP writer (same key translation and planner as megatron's).
 
 megatron-core is the ``megatron`` extra; it is imported inside the functions that need it.
-Callers: :mod:`agentrl.trainer.cli`, ``bench/device/megatron_one_step.py``.
+Callers: :mod:`agentrl.trainer.factories`, ``bench/device/megatron_one_step.py``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ Strategies, and why:
   one machine under ``agentrl run``.
 
 ``ray`` is imported only inside the functions that talk to it. Callers:
-:mod:`agentrl.trainer.cli`, :mod:`agentrl.local.cli`, tests.
+:mod:`agentrl.trainer.pod`, :mod:`agentrl.local.cli`, tests.
 """
 
 from __future__ import annotations

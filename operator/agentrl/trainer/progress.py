@@ -9,7 +9,7 @@ ServiceAccount needs ``patch`` on its own pod), :class:`FakeProgressReporter` re
 error is logged and the next step reports again. The last held-out evaluation
 (:meth:`ProgressTracker.on_evaluation`) is reported at once and carried in every later report.
 
-Callers: :mod:`agentrl.trainer.cli` (rank 0).
+Callers: :mod:`agentrl.trainer.pod` (the driver, rank 0).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ The driver sees rank 0 through :class:`RemoteBackend` and :class:`RemoteWeightSy
 the surfaces :class:`agentrl.trainer.loop.TrainingDriver` expects of a backend and a weight
 sync. Everything crossing the process boundary is a pydantic model dumped to JSON-able data.
 
-``ray`` is imported only inside the functions that need it. Callers: :mod:`agentrl.trainer.cli`,
-tests.
+The backend and the weight sync are built by :mod:`agentrl.trainer.factories`, below this
+module and :mod:`agentrl.trainer.pod` alike. ``ray`` is imported only inside the functions that
+need it. Callers: :mod:`agentrl.trainer.pod`, tests.
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ class TrainerRank:
     def setup(self, config: dict[str, Any], master_addr: str, master_port: int) -> None:
         """Open ``torch.distributed`` with the other ranks and build the backend.
 
-        ``config``: the :class:`agentrl.trainer.cli.TrainerConfig` the driver read, dumped;
+        ``config``: the :class:`agentrl.trainer.config.TrainerConfig` the driver read, dumped;
         this rank's place in it (node rank, local rank, rendezvous) is filled in here."""
         import torch
 
-        from agentrl.trainer.cli import TrainerConfig, build_backend
+        from agentrl.trainer.config import TrainerConfig
+        from agentrl.trainer.factories import build_backend
 
         parsed = TrainerConfig.model_validate(config)
         env = parsed.env.model_copy(
@@ -137,7 +139,7 @@ class TrainerRank:
     def open_weight_sync(self, step: int) -> None:
         """The weight sync of ``spec.trainer.weightSync.mode`` to the engines, here."""
         from agentrl.engine.client import EngineClient, connection_pool_size
-        from agentrl.trainer.cli import build_weight_sync
+        from agentrl.trainer.factories import build_weight_sync
 
         async def build() -> Any:
             pool = connection_pool_size(self.config.job.spec)

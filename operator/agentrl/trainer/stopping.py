@@ -18,7 +18,8 @@ and when the pod is deleted. Each of them gets the same treatment here:
   the Indexed Job never counts as a completed index; a drained node's pod carries the
   DisruptionTarget condition, which the Job's podFailurePolicy ignores.
 
-Callers: :mod:`agentrl.trainer.cli`.
+Callers: :mod:`agentrl.trainer.pod` (the driver and the rank processes),
+:mod:`agentrl.trainer.loop` and :mod:`agentrl.trainer.assembly` (:class:`StopRequest`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ returned figure (they are pulled by the sandboxes themselves, as without pre-pul
 :class:`LightkubeTaskImagesSink` merge-patches the ConfigMap; :class:`FakeTaskImagesSink`
 records (tests). Publishing never stops training: an API error is logged.
 
-Callers: :func:`agentrl.trainer.cli.drive`.
+Callers: :func:`agentrl.trainer.pod.drive`.
 """
 
 from __future__ import annotations

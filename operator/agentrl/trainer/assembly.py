@@ -1,0 +1,272 @@
+"""One assembly of a training run: spec → built parts → session, for every way a run starts.
+
+The cluster trainer (``agentrl trainer``, :mod:`agentrl.trainer.pod`) and ``agentrl run``
+(:mod:`agentrl.local.runner`) both wire a run here, in three stages:
+
+1. **Inputs** the caller decides, because they really differ between the two: the backend
+   (torch in process, megatron rank 0 behind :class:`~agentrl.trainer.ranks.RemoteBackend`), the
+   engines and the weight sync towards them (engine Services or local engine processes), where
+   checkpoints go and whether to resume, and the rollout tier (:data:`RolloutTier`: worker
+   actors or an in-process scheduler following the ConfigMap's in-effect concurrency, or
+   :func:`fixed_rollout` at the spec's fixed concurrency).
+2. **Parts** (:func:`build_parts`): the held-out split (:class:`TaskSplit`), the driver state
+   restored from the newest checkpoint (:func:`restore_state`), the task stream resumed at its
+   position, and admission resumed at the checkpoint's step
+   (:meth:`~agentrl.rollout.admission.StalenessAdmission.resume_at`).
+3. **Session** (:func:`open_session`): the running rollout tier, the held-out evaluation
+   sharing its episode runner and concurrency, and the :class:`~agentrl.trainer.loop.
+   TrainingDriver`; the caller runs the driver (and, for ``agentrl run``, the waited-for
+   evaluations before and after).
+
+The sandbox provider of an in-process rollout tier comes from :func:`sandbox_provider`, i.e.
+:func:`agentrl.sandbox.open_provider` with the spec's limits and the sandbox metrics.
+
+Callers: :mod:`agentrl.trainer.pod` (the cluster trainer's driver), :mod:`agentrl.local.runner`
+(``agentrl run``), tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl.api.job import AgentRLJobSpec
+from agentrl.api.sandbox import SandboxSpec
+from agentrl.api.trainer import EvaluationSpec
+from agentrl.rollout.admission import StalenessAdmission
+from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
+from agentrl.rollout.tasks import load_tasks, split_held_out
+from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.sandbox import open_provider
+from agentrl.sandbox.metrics import InstrumentedProvider
+from agentrl.sandbox.provider import SandboxProvider
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.evaluation import EvaluationRecord, PeriodicEvaluation
+from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
+from agentrl.trainer.stopping import StopRequest
+
+log = logging.getLogger(__name__)
+
+#: Builds the running rollout tier over the run's task stream and admission: yields a started
+#: (or startable) scheduler whose ``runner`` the held-out evaluation shares, and stops it on
+#: exit. The cluster's: :func:`agentrl.trainer.pod.cluster_rollout`; ``agentrl run``'s:
+#: :func:`fixed_rollout`.
+RolloutTier = Callable[[TaskStream, StalenessAdmission], AbstractAsyncContextManager[Any]]
+
+
+# -- parts -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """The dataset's tasks: those trained on and those held out for pass@1
+    (``dataset.heldOutFraction``, chosen by ``dataset.seed``)."""
+
+    train: list[Task]
+    held_out: list[Task]
+
+    @classmethod
+    def of(cls, spec: AgentRLJobSpec) -> TaskSplit:
+        train, held_out = split_held_out(
+            load_tasks(spec.dataset), spec.dataset.held_out_fraction, spec.dataset.seed
+        )
+        return cls(train=train, held_out=held_out)
+
+    @property
+    def all(self) -> list[Task]:
+        return [*self.train, *self.held_out]
+
+
+def restore_state(
+    checkpoints: CheckpointStore, backend: Any, *, resume: bool = True
+) -> DriverState:
+    """The driver state to start from: the newest checkpoint's (loaded into ``backend``) when
+    ``resume`` and there is one, else a fresh start."""
+    state = (checkpoints.load(backend) if resume else None) or DriverState()
+    if state.step:
+        log.info(
+            "resuming from the checkpoint of step %d (restart %d): data position %d, "
+            "pending positions %s",
+            state.step,
+            state.restarts,
+            state.task_cursor,
+            state.pending_positions,
+        )
+    return state
+
+
+def peek_state(checkpoints: CheckpointStore) -> DriverState:
+    """What a start would resume from, without reading the checkpoint (a dry run)."""
+    return DriverState(step=(checkpoints.steps() or [0])[-1])
+
+
+def build_admission(spec: AgentRLJobSpec, step: int) -> StalenessAdmission:
+    """The trainer's staleness admission, resumed at ``step`` (nothing outstanding)."""
+    admission = StalenessAdmission(
+        trajectories_per_step=spec.trainer.trajectories_per_step,
+        max_staleness=spec.trainer.async_.max_staleness,
+        policy_version=step,
+        group_size=spec.rollout.group_size,
+    )
+    admission.resume_at(step)
+    return admission
+
+
+@dataclass
+class RunParts:
+    """A run built and not started: what :func:`open_session` wires together."""
+
+    spec: AgentRLJobSpec
+    tasks: TaskSplit
+    backend: Any
+    checkpoints: CheckpointStore
+    state: DriverState
+    stream: TaskStream
+    admission: StalenessAdmission
+    weight_sync: Any
+
+
+def build_parts(
+    spec: AgentRLJobSpec,
+    *,
+    tasks: TaskSplit,
+    backend: Any,
+    checkpoints: CheckpointStore,
+    state: DriverState,
+    weight_sync: Any,
+) -> RunParts:
+    """The task stream at ``state``'s data position and admission at its step, with the
+    caller's backend, checkpoints and weight sync."""
+    stream = TaskStream(
+        TaskOrder(tasks.train, spec.dataset.seed),
+        cursor=state.task_cursor,
+        pending=state.pending_positions,
+    )
+    return RunParts(
+        spec=spec,
+        tasks=tasks,
+        backend=backend,
+        checkpoints=checkpoints,
+        state=state,
+        stream=stream,
+        admission=build_admission(spec, state.step),
+        weight_sync=weight_sync,
+    )
+
+
+def sandbox_provider(
+    spec: SandboxSpec,
+    *,
+    wrap: Callable[[SandboxProvider], Any] | None = None,
+    **where: Any,
+) -> InstrumentedProvider:
+    """The sandbox provider of an in-process rollout tier: :func:`agentrl.sandbox.open_provider`
+    (``where``: its ``job``, ``namespace``, ``worker_id``, ``local_base_dir``), the spec's
+    limits and the sandbox metrics; ``wrap`` goes between the provider and its metrics
+    (``agentrl run --chaos``). The caller closes it (``aclose``)."""
+    provider = open_provider(spec, **where)
+    if wrap is None:
+        return provider
+    return InstrumentedProvider(wrap(provider.inner))
+
+
+@contextlib.asynccontextmanager
+async def fixed_rollout(
+    spec: AgentRLJobSpec, runner: EpisodeRunner, stream: TaskStream, admission: StalenessAdmission
+) -> AsyncIterator[RolloutScheduler]:
+    """The in-process rollout tier at the spec's fixed ``sandbox.concurrency`` over ``runner``
+    (``agentrl run``): one gate of live episodes for training and the held-out evaluations, so
+    together they never run more than that. The driver starts it; cancelled on exit."""
+    concurrency = spec.sandbox.concurrency
+    scheduler = RolloutScheduler(
+        runner=GatedEpisodes(runner, concurrency),
+        tasks=stream,
+        concurrency=concurrency,
+        group_size=spec.rollout.group_size,
+        admission=admission,
+        batch_size=spec.trainer.trajectories_per_step,
+    )
+    try:
+        yield scheduler
+    finally:
+        await scheduler.cancel()
+
+
+# -- session ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionOptions:
+    """What the caller observes and bounds of a session."""
+
+    steps_log: Path
+    """``steps.jsonl``: one line per step."""
+    evaluation: EvaluationSpec | None = None
+    """The held-out evaluation; None: none."""
+    evaluations_log: Path | None = None
+    """``evaluations.jsonl``."""
+    on_evaluation: Callable[[EvaluationRecord], None] | None = None
+    on_step: Callable[[StepRecord, TrainingDriver], None] | None = None
+    on_trajectory: Callable[[Trajectory], None] | None = None
+    max_steps: int | None = None
+    """Override ``trainer.maxSteps``."""
+    stop: StopRequest | None = None
+
+
+@dataclass
+class Session:
+    """A wired run: the running rollout tier, the evaluation and the driver to run."""
+
+    parts: RunParts
+    scheduler: Any
+    evaluation: PeriodicEvaluation | None
+    driver: TrainingDriver
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    parts: RunParts, rollout: RolloutTier, options: SessionOptions
+) -> AsyncIterator[Session]:
+    """Enter ``rollout`` over the parts' task stream and admission, and wire the held-out
+    evaluation (through the same episode runner, sharing the tier's concurrency) and the
+    training driver to it. The rollout tier stops on exit."""
+    spec = parts.spec
+    async with rollout(parts.stream, parts.admission) as scheduler:
+        evaluation = (
+            None
+            if options.evaluation is None
+            else PeriodicEvaluation(
+                options.evaluation,
+                parts.tasks.held_out,
+                seed=spec.dataset.seed,
+                runner=scheduler.runner,
+                concurrency=lambda: scheduler.concurrency,
+                log_path=options.evaluations_log,
+                on_result=options.on_evaluation,
+            )
+        )
+        on_step = options.on_step
+        driver = TrainingDriver(
+            spec=spec,
+            backend=parts.backend,
+            source=scheduler,
+            admission=parts.admission,
+            weight_sync=parts.weight_sync,
+            checkpoints=parts.checkpoints,
+            stream=parts.stream,
+            state=parts.state,
+            steps_log=options.steps_log,
+            on_step=None if on_step is None else (lambda record: on_step(record, driver)),
+            on_trajectory=options.on_trajectory,
+            max_steps=options.max_steps,
+            evaluation=evaluation,
+            stop=options.stop,
+        )
+        yield Session(parts=parts, scheduler=scheduler, evaluation=evaluation, driver=driver)

@@ -1,0 +1,89 @@
+"""The one assembly of a run (:mod:`agentrl.trainer.assembly`): parts resumed at a checkpoint's
+step and the session wired over a rollout tier."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agentrl.trainer.assembly import (
+    SessionOptions,
+    TaskSplit,
+    build_admission,
+    build_parts,
+    open_session,
+    peek_state,
+    restore_state,
+)
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from tests.trainer.factories import toy_spec
+
+
+def test_admission_resumes_at_the_checkpoints_step() -> None:
+    spec = toy_spec(group_size=2, per_step=4, max_steps=3)
+    admission = build_admission(spec, 3)
+    assert admission.policy_version == 3
+    assert admission.admitted == 12  # the steps before: nothing outstanding
+    assert admission.capacity == (1 + 3 + 1) * 4
+
+
+def test_parts_start_at_the_states_data_position(tmp_path: Path) -> None:
+    spec = toy_spec(group_size=2, per_step=4, max_steps=3)
+    tasks = TaskSplit.of(spec)
+    assert tasks.train and sorted(t.id for t in tasks.all) == sorted(
+        t.id for t in [*tasks.train, *tasks.held_out]
+    )
+    checkpoints = CheckpointStore(tmp_path)
+    assert restore_state(checkpoints, backend=None, resume=False) == DriverState()
+    assert peek_state(checkpoints).step == 0
+    state = DriverState(step=2, task_cursor=5, pending_positions=[3])
+    parts = build_parts(
+        spec, tasks=tasks, backend=None, checkpoints=checkpoints, state=state, weight_sync=None
+    )
+    assert parts.stream.cursor == 5
+    assert parts.admission.admitted == 8 and parts.admission.policy_version == 2
+
+
+class _Scheduler:
+    runner = "the tier's runner"
+    concurrency = 7
+
+
+def test_session_wires_evaluation_and_driver_to_the_tier(tmp_path: Path) -> None:
+    spec = toy_spec(group_size=2, per_step=4, max_steps=3)
+    parts = build_parts(
+        spec,
+        tasks=TaskSplit.of(spec),
+        backend=None,
+        checkpoints=CheckpointStore(tmp_path),
+        state=DriverState(),
+        weight_sync=None,
+    )
+    entered: list[Any] = []
+    steps: list[Any] = []
+
+    @contextlib.asynccontextmanager
+    async def tier(stream: Any, admission: Any) -> AsyncIterator[Any]:
+        entered.append((stream, admission))
+        yield _Scheduler()
+        entered.append("exited")
+
+    async def run() -> None:
+        options = SessionOptions(
+            steps_log=tmp_path / "steps.jsonl",
+            evaluation=spec.trainer.evaluation,
+            on_step=lambda record, driver: steps.append((record, driver)),
+        )
+        async with open_session(parts, tier, options) as session:
+            assert entered == [(parts.stream, parts.admission)]
+            assert session.driver.source is session.scheduler
+            assert session.driver.admission is parts.admission
+            assert session.evaluation is not None
+            session.driver.on_step("record")  # type: ignore[misc]
+            assert steps == [("record", session.driver)]
+        assert entered[-1] == "exited"
+
+    asyncio.run(run())
