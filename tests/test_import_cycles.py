@@ -18,15 +18,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
     # reconcile/observed.py <-> reconcile/quotas.py: being fixed in agentrl.reconcile
     # (constants moving to a wire-contract module in agentrl.api); drop this entry then.
     frozenset({"agentrl.reconcile.observed", "agentrl.reconcile.quotas"}),
-    # devcluster: prepare <-> images, node.artifacts, sglang_env (imports inside functions)
-    frozenset(
-        {
-            "agentrl.devcluster.images",
-            "agentrl.devcluster.node.artifacts",
-            "agentrl.devcluster.prepare",
-            "agentrl.devcluster.sglang_env",
-        }
-    ),
 ]
 
 

@@ -46,7 +46,7 @@ from agentrl import __version__
 from agentrl.devcluster.binaries import cache_root
 
 if TYPE_CHECKING:
-    from agentrl.devcluster.prepare import Step
+    from agentrl.devcluster.steps import Step
 
 #: The tag every locally built image carries: the project's version.
 VERSION = __version__
@@ -895,8 +895,8 @@ def _needs_tools() -> str | None:
 def images_step() -> Step:
     """``images``: the operator, trainer, engine and sandbox images (cpu flavour) as OCI
     archives in ``~/.cache/agentrl/images``."""
-    from agentrl.devcluster.prepare import PrepareError
-    from agentrl.devcluster.prepare import Step as PrepareStep
+    from agentrl.devcluster.steps import PrepareError
+    from agentrl.devcluster.steps import Step as PrepareStep
 
     def run() -> None:
         try:

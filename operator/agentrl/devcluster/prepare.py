@@ -17,53 +17,15 @@ factory there.
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from agentrl.devcluster import binaries, sglang_env
 from agentrl.devcluster.images import images_step
 from agentrl.devcluster.node.artifacts import node_step
+from agentrl.devcluster.steps import PrepareError, Step, say
 
-
-class PrepareError(RuntimeError):
-    """A step cannot run or failed; the message names what is missing and the fix."""
-
-
-def say(message: str) -> None:
-    """Progress output of a step (stderr, flushed: CI shows it as it happens)."""
-    print(message, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing to build or install before the tests."""
-
-    name: str
-    describe: str
-    is_done: Callable[[], bool]
-    run: Callable[[], None]
-    #: commands that must be on PATH for ``run``; checked first, named when missing
-    tools: tuple[str, ...] = ()
-    #: how to get the tools when they are missing
-    hint: str = ""
-    #: further requirements checked before ``run``: each returns a problem or None
-    checks: tuple[Callable[[], str | None], ...] = field(default_factory=tuple)
-
-    def problems(self) -> list[str]:
-        found = [t for t in self.tools if shutil.which(t) is None]
-        out = []
-        if found:
-            out.append(
-                f"{self.name}: {', '.join(found)} not found on PATH"
-                + (f" ({self.hint})" if self.hint else "")
-            )
-        for check in self.checks:
-            problem = check()
-            if problem:
-                out.append(f"{self.name}: {problem}")
-        return out
+__all__ = ["STEPS", "PrepareError", "Step", "prepare", "say", "steps"]
 
 
 def _binaries_done() -> bool:

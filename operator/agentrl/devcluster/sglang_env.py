@@ -27,7 +27,7 @@ from agentrl.devcluster.venvs import Venv, VenvError
 from agentrl.reconcile.engine_flags import SGLANG_VERSION
 
 if TYPE_CHECKING:
-    from agentrl.devcluster.prepare import Step
+    from agentrl.devcluster.steps import Step
 
 #: What the probes import reaches, besides sglang (see the module docstring).
 REQUIREMENTS: tuple[str, ...] = (
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run() -> None:
-    from agentrl.devcluster.prepare import PrepareError, say
+    from agentrl.devcluster.steps import PrepareError, say
 
     say(f"  pip install sglang=={SGLANG_VERSION} (no deps) and torch into {VENV.path}")
     try:
@@ -136,9 +136,8 @@ def _run() -> None:
 
 
 def sglang_step() -> Step:
-    """The ``sglang`` step of ``agentrl dev prepare`` (listed in its ``STEPS``, which is why
-    the prepare module is imported here, not at the top)."""
-    from agentrl.devcluster.prepare import Step
+    """The ``sglang`` step of ``agentrl dev prepare`` (listed in its ``STEPS``)."""
+    from agentrl.devcluster.steps import Step
 
     return Step(
         name="sglang",

@@ -290,7 +290,7 @@ def prepare(*, echo: bool = True) -> None:
 
 
 def _prepare_run() -> None:
-    from agentrl.devcluster.prepare import PrepareError
+    from agentrl.devcluster.steps import PrepareError
 
     try:
         prepare()
@@ -309,9 +309,9 @@ def _needs_root_or_packages() -> str | None:
     return None
 
 
-def node_step():  # type: ignore[no-untyped-def]  # -> prepare.Step (imported lazily: no cycle)
+def node_step():  # type: ignore[no-untyped-def]  # -> steps.Step (imported lazily)
     """The ``node`` step of ``agentrl dev prepare``: packages and local images."""
-    from agentrl.devcluster.prepare import Step
+    from agentrl.devcluster.steps import Step
 
     return Step(
         name="node",
