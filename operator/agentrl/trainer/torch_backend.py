@@ -12,7 +12,9 @@ The scored tokens come from :func:`agentrl.trainer.batching.token_sequences` and
 :func:`~agentrl.trainer.batching.flatten`, as in the megatron backend.
 The megatron backend (:mod:`agentrl.trainer.megatron_backend`) has the same surface.
 
-Callers: :mod:`agentrl.trainer.loop`.
+Callers: :mod:`agentrl.trainer.loop` drives it through its ``Backend`` protocol (it imports no
+backend); it is built for ``trainer.backend: torch`` by the trainer pod's backend choice, by
+:mod:`agentrl.local.runner` (``agentrl run``) and by ``bench/device/megatron_one_step.py``.
 """
 
 from __future__ import annotations
