@@ -105,13 +105,13 @@ from typing import Any, Protocol
 import aiohttp
 
 from agentrl.api import AgentRLJobSpec
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     CONTROL_CONNECTIONS,
     EngineClient,
     GenerateResponse,
     SamplingParams,
 )
-from agentrl.engine.keepalive import HttpPool
+from agentrl.engine_client.keepalive import HttpPool
 from agentrl.rollout.runtime import (
     configure_worker_process,
     engine_pool_size,
@@ -476,7 +476,8 @@ class AiohttpSandboxClient:
 
 
 class KeepAliveSandboxClient:
-    """Through the engine client's keep-alive pool (:class:`agentrl.engine.keepalive.HttpPool`)."""
+    """Through the engine client's keep-alive pool
+    (:class:`agentrl.engine_client.keepalive.HttpPool`)."""
 
     def __init__(self, url: str, pool_size: int) -> None:
         self.pool = HttpPool(url, max_connections=pool_size)
@@ -1005,7 +1006,7 @@ def ray_driver_process(args: dict[str, Any], workers: int, cap: float, out: Any)
     import tempfile
     import traceback
 
-    from agentrl.rollout.ray_workers import init_ray
+    from agentrl.ray_cluster.node import init_ray
 
     try:
         import ray

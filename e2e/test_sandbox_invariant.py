@@ -33,8 +33,7 @@ from tests.factories import make_job
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
 from agentrl.devcluster.testing import ClusterHandle, Kubectl
-from agentrl.engine.client import FinishReason, GenerateResponse, MetaInfo, SamplingParams
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.engine_client.client import FinishReason, GenerateResponse, MetaInfo, SamplingParams
 from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
@@ -48,6 +47,7 @@ from agentrl.sandbox.kubernetes import (
     job_selector,
     template_from_job,
 )
+from agentrl.tiny.tokenizer import get_tokenizer
 
 pytestmark = [
     pytest.mark.e2e,

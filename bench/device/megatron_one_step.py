@@ -78,7 +78,7 @@ def serve_receiver(export_dir: str, out_file: str, ports: Any, stop: Any) -> Non
     from aiohttp import web
     from safetensors.torch import load_file, save_file
 
-    from agentrl.engine.tiny_server import TinyEngine, build_app
+    from agentrl.tiny.server import TinyEngine, build_app
 
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     shapes: dict[str, torch.Tensor] = {}
@@ -113,7 +113,7 @@ def push_to_receiver(backend: Any, export: Path, work: Path) -> dict[str, Any]:
     """Stream the backend's weights into a receiver process; compare with ``export``."""
     from safetensors.torch import load_file
 
-    from agentrl.engine.client import EngineClient
+    from agentrl.engine_client.client import EngineClient
     from agentrl.trainer.weight_sync import DistributedWeightSync
 
     ctx = multiprocessing.get_context("spawn")
@@ -166,9 +166,9 @@ def torch_backend_step() -> dict[str, Any]:
     """One GRPO step of the torch backend on the tiny policy (CPU)."""
     from agentrl.api.rollout import ClassAction, TerminalClass
     from agentrl.api.trainer import TrainerSpec
-    from agentrl.engine import tiny
-    from agentrl.engine.tokenizer import get_tokenizer
     from agentrl.rollout.trajectory import Trajectory
+    from agentrl.tiny import policy as tiny
+    from agentrl.tiny.tokenizer import get_tokenizer
     from agentrl.trainer.batching import TrainSample
     from agentrl.trainer.torch_backend import TorchBackend
 

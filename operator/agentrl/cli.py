@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {
     "engine": "agentrl.engine.cli:engine",
     "tasks": "agentrl.rollout.tasks.cli:tasks",
     "trainer": "agentrl.trainer.cli:trainer",
-    "ray": "agentrl.ray_node.cli:ray",
+    "ray": "agentrl.ray_cluster.cli:ray",
 }
 
 #: One-line help shown by ``agentrl --help`` without importing the verb.

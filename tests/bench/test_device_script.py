@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("megatron.core", reason="the megatron extra (pip install 'agentrl[megatron]')")
 
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.tiny.tokenizer import get_tokenizer
 
 pytestmark = pytest.mark.slow  # a subprocess that imports megatron-core and spawns a receiver
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agentrl.engine.client import CONTROL_CONNECTIONS
+from agentrl.engine_client.client import CONTROL_CONNECTIONS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Ray starts slowly on 2 busy cores
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from agentrl.controller import engine_metrics
-from agentrl.engine import client, watchdog
+from agentrl.engine import watchdog
+from agentrl.engine_client import client
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "agentrl"
 
@@ -24,8 +25,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "agentrl"
 #: the autoscaler, the planner and simulator, the API's autoscale targets, the tiny engine.
 READERS = [
     "engine/watchdog.py",
-    "engine/client.py",
-    "engine/tiny_server.py",
+    "engine_client/client.py",
+    "tiny/server.py",
     "controller/engine_metrics.py",
     "reconcile/policies/autoscale.py",
     "api/sandbox.py",
@@ -43,8 +44,8 @@ def _named_in_source() -> dict[str, set[str]]:
 
 
 def _tiny_exports() -> set[str]:
-    from agentrl.engine import tiny
-    from agentrl.engine.tiny_server import TinyEngine
+    from agentrl.tiny import policy as tiny
+    from agentrl.tiny.server import TinyEngine
 
     engine = TinyEngine(tiny.new_policy(0, dim=16), model_path="mem", context_length=64)
     text = engine.render_metrics().decode()
@@ -59,7 +60,7 @@ def test_every_name_the_runtime_reads_is_exported(sglang: dict[str, Any]) -> Non
     client_reads = {f"sglang:{field}" for field in client.EngineMetrics.model_fields}
     assert {"sglang:num_running_reqs", "sglang:token_usage"} <= set(named)
     missing = {name: sorted(where) for name, where in named.items() if name not in exported} | {
-        name: ["engine/client.py EngineMetrics"] for name in client_reads - exported
+        name: ["engine_client/client.py EngineMetrics"] for name in client_reads - exported
     }
     assert missing == {}
 

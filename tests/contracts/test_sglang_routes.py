@@ -1,7 +1,7 @@
 """Every request the runtime sends an engine matches the pinned SGLang's route table and
 request structures, and the runtime reads SGLang's real answers.
 
-The requests are the ones our code really sends: :class:`~agentrl.engine.client.EngineClient`
+The requests are the ones our code really sends: :class:`~agentrl.engine_client.client.EngineClient`
 (rollout workers and the trainer's weight sync, disk and distributed) and the watchdog's
 :class:`~agentrl.engine.watchdog.HttpEngineEndpoints` are pointed at a recording server here,
 and what it records goes to the probe. The route table is the FastAPI app of
@@ -28,10 +28,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from agentrl.devcluster import sglang_env
-from agentrl.engine import client as engine_client
-from agentrl.engine.client import EngineClient, GenerateResponse, SamplingParams
 from agentrl.engine.watchdog import HttpEngineEndpoints
 from agentrl.engine.weight_pointer import CurrentWeights
+from agentrl.engine_client import client as engine_client
+from agentrl.engine_client.client import EngineClient, GenerateResponse, SamplingParams
 
 #: Values for the meta_info keys SGLang sets on every generation (the others vary per key).
 LOGPROBS = [-0.5, -1.25, -0.125]
@@ -249,8 +249,8 @@ def test_the_client_reads_every_finish_reason_sglang_gives(
 
 @pytest.fixture
 async def tiny_url() -> AsyncIterator[str]:
-    from agentrl.engine import tiny
-    from agentrl.engine.tiny_server import TinyEngine, build_app
+    from agentrl.tiny import policy as tiny
+    from agentrl.tiny.server import TinyEngine, build_app
 
     engine = TinyEngine(tiny.new_policy(0, dim=16), model_path="mem", context_length=64)
     server = TestServer(build_app(engine), host="127.0.0.1")
@@ -266,7 +266,7 @@ async def test_the_tiny_engine_answers_sglangs_shapes(
 ) -> None:
     import aiohttp
 
-    from agentrl.engine import tiny
+    from agentrl.tiny import policy as tiny
 
     pieces = sglang["responses"]
     finish_keys = {f["type"]: set(f) for f in pieces["finish_reasons"]}

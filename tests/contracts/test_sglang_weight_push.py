@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from agentrl.engine import tiny
-from agentrl.engine.client import EngineClient, SamplingParams
-from agentrl.engine.tiny_server import TinyEngine, build_app
+from agentrl.engine_client.client import EngineClient, SamplingParams
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.server import TinyEngine, build_app
 from agentrl.trainer.weight_sync import DiskWeightSync, DistributedWeightSync
 
 

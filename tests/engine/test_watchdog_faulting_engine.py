@@ -44,7 +44,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tiny = pytest.importorskip("agentrl.engine.tiny", reason="the tiny engine needs torch")
+    tiny = pytest.importorskip("agentrl.tiny.policy", reason="the tiny engine needs torch")
     directory = tmp_path_factory.mktemp("policy")
     tiny.save_policy(tiny.new_policy(0), directory)
     return directory
@@ -200,7 +200,7 @@ async def test_the_watchdog_reports_the_version_the_trainer_pushed_to_the_engine
 ) -> None:
     """Steady state: the trainer pushes weights to the engine itself (its EngineClient, as the
     disk weight sync does); the watchdog's report follows what the engine then serves."""
-    from agentrl.engine.client import EngineClient
+    from agentrl.engine_client.client import EngineClient
 
     async with running(tmp_path, policy_dir, []) as (dog, _, reporter, url):
         await wait_for(lambda: dog.ready, 60)
@@ -251,7 +251,7 @@ async def test_an_engine_that_crashes_at_every_start_trips_the_crash_loop_guard(
 async def test_requests_in_flight_at_a_stall_come_back_to_the_rollout_as_infra_errors(
     tmp_path: Path, policy_dir: Path
 ) -> None:
-    from agentrl.engine.client import EngineClient, EngineUnavailable, SamplingParams
+    from agentrl.engine_client.client import EngineClient, EngineUnavailable, SamplingParams
     from agentrl.rollout.episode import infra_reason
 
     fault = ["--fault-after-requests", "1", "--fault-mode", "stall"]

@@ -198,7 +198,7 @@ def test_the_engine_image_loads_the_tiny_weights_the_trainer_pushes(
     # what /update_weights_from_disk of `agentrl engine serve-tiny` does with a pushed
     # directory (it answered 500 on the real node: no safetensors in the engine image)
     script = (
-        "from agentrl.engine import tiny; "
+        "from agentrl.tiny import policy as tiny; "
         "d = tiny.save_policy(tiny.new_policy(0), '/tmp/pushed'); "
         "print(type(tiny.load_policy(d)).__name__)"
     )

@@ -159,7 +159,7 @@ def test_rollout_pods_alone_offer_the_resource_the_rollout_bundles_ask_for():
     pods offer it (one per CPU they offer), trainer pods do not: no worker on a trainer node."""
     import json
 
-    from agentrl.trainer.placement import plan_placement, trainer_node_resources
+    from agentrl.ray_cluster.placement import plan_placement, trainer_node_resources
 
     job = make_job("swe").with_workers(4).obj()
     container = _worker_pod(job)["containers"][0]

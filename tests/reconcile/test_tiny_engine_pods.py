@@ -9,10 +9,10 @@ from typing import Any
 
 from agentrl.api.engine import EngineServer
 from agentrl.api.validation import load_job
-from agentrl.engine.tiny_server import serve_tiny
 from agentrl.engine.watchdog import WatchdogConfig
 from agentrl.reconcile import engine
 from agentrl.reconcile.context import BuildContext
+from agentrl.tiny.server import serve_tiny
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "quickstart-cluster.yaml"
 

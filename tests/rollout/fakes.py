@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     EngineUnavailable,
     FinishReason,
     GenerateResponse,
     MetaInfo,
     SamplingParams,
 )
-from agentrl.engine.tokenizer import get_tokenizer
 from agentrl.rollout.tasks.model import CandidateEdit, NamedTestsVerification, Task
 from agentrl.sandbox.fake import FakeSandbox
 from agentrl.sandbox.provider import ExecResult
+from agentrl.tiny.tokenizer import get_tokenizer
 
 LOGPROB = -0.25
 TEST_ID = "tests/test_app.py::test_value"

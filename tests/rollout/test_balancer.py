@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentrl.engine.client import EngineUnavailable, SamplingParams
+from agentrl.engine_client.client import EngineUnavailable, SamplingParams
 from agentrl.rollout.balancer import EnginePool, NoReadyEngine
 from tests.rollout.fakes import ScriptedEngine
 

@@ -7,7 +7,6 @@ import pytest
 from prometheus_client import REGISTRY
 
 from agentrl.api.rollout import ClassAction, FailurePolicy, TerminalClass
-from agentrl.engine.tokenizer import get_tokenizer
 from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
@@ -15,6 +14,7 @@ from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.tasks.model import RewardFileVerification, Task
 from agentrl.rollout.trajectory import Trajectory, TruncationCap
 from agentrl.sandbox.fake import FakeProvider
+from agentrl.tiny.tokenizer import get_tokenizer
 from tests.rollout.fakes import LOGPROB, ScriptedEngine, pytest_handler, toy_task
 
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     ModelInfo,
 )
 from agentrl.rollout.agent import SYSTEM_PROMPT, TokenAgent, WordTurnTokenizer

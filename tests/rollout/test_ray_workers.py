@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from agentrl.api.rollout import ClassAction, TerminalClass
-from agentrl.engine.client import CONTROL_CONNECTIONS
+from agentrl.engine_client.client import CONTROL_CONNECTIONS
+from agentrl.ray_cluster.node import init_ray
 from agentrl.rollout.ray_workers import (
     RemoteEpisodes,
     RolloutWorkerConfig,
-    init_ray,
     open_remote_rollout,
     run_on_actors,
     start_workers,
@@ -45,8 +45,8 @@ async def engine_url() -> AsyncIterator[str]:
     pytest.importorskip("torch", reason="the tiny engine needs the training extra")
     from aiohttp.test_utils import TestServer
 
-    from agentrl.engine import tiny
-    from agentrl.engine.tiny_server import TinyEngine, build_app
+    from agentrl.tiny import policy as tiny
+    from agentrl.tiny.server import TinyEngine, build_app
 
     model = tiny.initial_policy(0, steps=50)
     server = TestServer(

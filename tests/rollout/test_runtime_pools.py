@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from agentrl.api import AgentRLJobSpec
-from agentrl.engine.client import EngineClient
+from agentrl.engine_client.client import EngineClient
 from agentrl.rollout.concurrency_source import RuntimeFileSource
 from agentrl.rollout.runtime import (
     engine_pool_size,

@@ -34,8 +34,8 @@ async def test_episodes_against_the_tiny_engine_record_its_tokens_and_logprobs(
 ) -> None:
     from aiohttp.test_utils import TestServer
 
-    from agentrl.engine import tiny
-    from agentrl.engine.tiny_server import TinyEngine, build_app
+    from agentrl.tiny import policy as tiny
+    from agentrl.tiny.server import TinyEngine, build_app
 
     model = tiny.initial_policy(0)
     engine = TinyEngine(model, model_path="tiny", context_length=4096)

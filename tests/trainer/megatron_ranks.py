@@ -38,8 +38,8 @@ def hf_skeleton(state: dict[str, torch.Tensor]) -> torch.nn.Module:
 async def _push(backend: Any, shapes: dict[str, torch.Tensor], push_port: int) -> Any:
     from aiohttp.test_utils import TestServer
 
-    from agentrl.engine.client import EngineClient
-    from agentrl.engine.tiny_server import TinyEngine, build_app
+    from agentrl.engine_client.client import EngineClient
+    from agentrl.tiny.server import TinyEngine, build_app
     from agentrl.trainer.weight_sync import DistributedWeightSync
 
     engine = TinyEngine(hf_skeleton(shapes), model_path="start")  # type: ignore[arg-type]

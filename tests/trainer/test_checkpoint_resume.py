@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from agentrl.api.trainer import TrainerSpec
-from agentrl.engine import tiny
 from agentrl.rollout.tasks.toy import generate_toy_tasks
+from agentrl.tiny import policy as tiny
 from agentrl.trainer.batching import TrainSample, generated_spans
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.loop import TaskOrder, TaskStream

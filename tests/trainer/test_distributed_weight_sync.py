@@ -10,9 +10,9 @@ import pytest
 import torch
 from aiohttp.test_utils import TestServer
 
-from agentrl.engine import tiny
-from agentrl.engine.client import EngineClient
-from agentrl.engine.tiny_server import TinyEngine, build_app
+from agentrl.engine_client.client import EngineClient
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.server import TinyEngine, build_app
 from agentrl.trainer.weight_sync import DistributedWeightSync
 
 

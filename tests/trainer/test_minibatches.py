@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agentrl.api.trainer import TrainerSpec
-from agentrl.engine import tiny
+from agentrl.tiny import policy as tiny
 from agentrl.trainer.batching import TrainSample, generated_spans, minibatch_bounds
 from agentrl.trainer.megatron_backend import shard_minibatches
 from agentrl.trainer.torch_backend import TorchBackend

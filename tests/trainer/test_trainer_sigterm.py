@@ -133,7 +133,7 @@ def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_aft
 @pytest.fixture
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray")
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
 
     ray.init(
         num_cpus=4,
@@ -151,7 +151,7 @@ def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_a
 ) -> None:
     # pod 0's main process runs run_placed; the driver is an actor in another process, which
     # the kubelet's SIGTERM never reaches: run_placed hands it over
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
     from agentrl.trainer.config import TrainerConfig, TrainerEnv
     from agentrl.trainer.pod import run_placed
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestServer
 
-from agentrl.engine import tiny
-from agentrl.engine.client import EngineClient
-from agentrl.engine.tiny_server import TinyEngine, build_app
 from agentrl.engine.weight_pointer import read_current_weights
+from agentrl.engine_client.client import EngineClient
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.server import TinyEngine, build_app
 from agentrl.trainer.weight_sync import POINTER_FILE, DiskWeightSync
 
 

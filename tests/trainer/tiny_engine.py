@@ -15,7 +15,7 @@ from pathlib import Path
 @contextlib.contextmanager
 def tiny_engine(policy: Path) -> Iterator[str]:
     """A real tiny engine serving a new tiny policy saved at ``policy``; yields its URL."""
-    from agentrl.engine import tiny  # torch: imported only by the tests that start one
+    from agentrl.tiny import policy as tiny  # torch: imported only by the tests that start one
 
     tiny.save_policy(tiny.new_policy(0, dim=16), policy)
     engine = subprocess.Popen(

@@ -21,7 +21,7 @@ import click
 from agentrl.reconcile import engine_flags
 
 #: Sub-commands implemented elsewhere, imported when they run ("module:attribute").
-LAZY_COMMANDS = {"serve-tiny": "agentrl.engine.tiny_server:serve_tiny"}
+LAZY_COMMANDS = {"serve-tiny": "agentrl.tiny.server:serve_tiny"}
 #: Their one-line help, shown without importing them (serve-tiny imports torch).
 LAZY_HELP = {"serve-tiny": "Serve the tiny CPU policy behind SGLang's HTTP API."}
 

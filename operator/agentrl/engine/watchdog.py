@@ -57,7 +57,6 @@ from pydantic import BaseModel, Field
 from agentrl.api import AgentRLJob
 from agentrl.api.engine import EngineServer
 from agentrl.engine import faults
-from agentrl.engine.client import MODEL_INFO_PATH
 from agentrl.engine.processes import EngineProcesses
 from agentrl.engine.watchdog_report import (
     REASON_CRASH_LOOP,
@@ -71,6 +70,7 @@ from agentrl.engine.watchdog_report import (
     WatchdogState,
 )
 from agentrl.engine.weight_pointer import CurrentWeights, read_current_weights
+from agentrl.engine_client.client import MODEL_INFO_PATH
 from agentrl.reconcile import engine_flags
 
 log = logging.getLogger(__name__)

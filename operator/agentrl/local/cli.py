@@ -2,7 +2,7 @@
 
 The job itself runs in :func:`agentrl.local.runner.run_local`. With Ray installed (the ``ray``
 extra) it runs on a local Ray started with an explicit CPU count and no dashboard, placed by the
-code that places the trainer pods' processes (:mod:`agentrl.trainer.placement`): the job's
+code that places the trainer pods' processes (:mod:`agentrl.ray_cluster.placement`): the job's
 trainer placement group (one CPU bundle per rank, one for the driver) must be ready within
 ``--placement-timeout``, and the job runs as the driver actor in the driver's bundle; this
 process only draws the display from the run's step log. ``run_local`` steps the torch backend
@@ -143,7 +143,7 @@ def _run_in_ray(
 
     from agentrl.api.validation import load_job
     from agentrl.local.runner import RunOptions
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
 
     options = RunOptions.model_validate_json(options_json)
     plan = placement.plan_placement(load_job(manifest))
@@ -181,7 +181,7 @@ def _drive_placed(
 ) -> dict[str, Any]:
     import ray
 
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
 
     job_actor = placement.start_driver(placed, _JobActor)
     ref = job_actor.run.remote(manifest, options_json, metrics_port)

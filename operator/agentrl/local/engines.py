@@ -88,7 +88,7 @@ class LocalEngine:
 
     def argv(self) -> list[str]:
         argv = [
-            sys.executable, "-c", "from agentrl.engine.tiny_server import serve_tiny; serve_tiny()",
+            sys.executable, "-c", "from agentrl.tiny.server import serve_tiny; serve_tiny()",
             "--model-path", str(self.model_path),
             "--port", str(self.port),
             "--weight-version", self.weight_version,

@@ -3,7 +3,7 @@
 What runs where:
 
 * engines — ``spec.inference.engines`` tiny CPU engine processes (:mod:`agentrl.local.engines`),
-  reached through :class:`agentrl.engine.client.EngineClient` like SGLang on a cluster;
+  reached through :class:`agentrl.engine_client.client.EngineClient` like SGLang on a cluster;
 * rollout — :class:`agentrl.rollout.scheduler.RolloutScheduler` with the token agent, the
   verifier and local sandboxes (:class:`agentrl.sandbox.local.LocalProvider`, built and
   instrumented by :func:`agentrl.sandbox.open_provider` as in a rollout worker), paced by the
@@ -36,9 +36,7 @@ from pydantic import BaseModel, Field
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
 from agentrl.api.trainer import EvaluationSpec
-from agentrl.engine import tiny
-from agentrl.engine.client import EngineClient, connection_pool_size
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.engine_client.client import EngineClient, connection_pool_size
 from agentrl.local.engines import EngineChaos, LocalEngine, LocalEngines
 from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
@@ -50,6 +48,8 @@ from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox.errors import SandboxCreateError
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.tokenizer import get_tokenizer
 from agentrl.trainer.assembly import (
     SessionOptions,
     TaskSplit,

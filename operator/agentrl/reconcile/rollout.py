@@ -26,7 +26,7 @@ fixes. A claim mounted by engine, trainer and rollout pods on several nodes must
 CPUs: ``ray start`` offers Ray ``--num-cpus`` equal to the pod's CPU request
 (:func:`ray_cpus`, from ``spec.rollout.cpu``). Without it Ray counts the CPUs the
 container sees, which with a request and no limit is the whole node (say 128). The rollout
-workers' placement group (``trainer.placement``: one ``{"CPU": 1}`` bundle per worker, SPREAD)
+workers' placement group (``ray_cluster.placement``: one ``{"CPU": 1}`` bundle per worker, SPREAD)
 spreads only softly, so one such pod, for instance the first to join, could take every bundle
 and run all the workers on a node where the scheduler reserved only its request. Offering the
 request keeps a pod's workers within what was reserved for it.

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     EngineRequestError,
     EngineTimeout,
     EngineUnavailable,
@@ -69,7 +69,7 @@ class WordTurnTokenizer:
     """:class:`TurnTokenizer` over the tiny policy's word tokenizer (its chat template)."""
 
     def __init__(self) -> None:
-        from agentrl.engine.tokenizer import ChatMessage, get_tokenizer
+        from agentrl.tiny.tokenizer import ChatMessage, get_tokenizer
 
         self._tok = get_tokenizer()
         self._message = ChatMessage

@@ -3,9 +3,10 @@
 An episode's turns share a growing prefix, so its calls should land on the engine that already
 holds that prefix in its cache (*sticky*). A new episode goes to the ready engine with the fewest
 outstanding requests (*least outstanding*; ties go to the lower index, so the choice is
-deterministic). When a call fails with :class:`~agentrl.engine.client.EngineUnavailable`, that
-engine is marked unready and the call is placed on another one (*failover*); a health loop
-(:meth:`EnginePool.watch_health`) marks engines ready again once ``/health`` answers.
+deterministic). When a call fails with
+:class:`~agentrl.engine_client.client.EngineUnavailable`, that engine is marked unready and
+the call is placed on another one (*failover*); a health loop (:meth:`EnginePool.watch_health`)
+marks engines ready again once ``/health`` answers.
 
 Callers: :mod:`agentrl.rollout.agent` (every LLM call goes through :meth:`EnginePool.call`) and
 the scheduler's owner, which runs the pool's health loop.
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from agentrl.engine.client import EngineUnavailable, GenerateResponse, SamplingParams
+from agentrl.engine_client.client import EngineUnavailable, GenerateResponse, SamplingParams
 from agentrl.rollout import metrics
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,8 @@ T = TypeVar("T")
 
 
 class GenerateEngine(Protocol):
-    """What the pool needs of an engine: :class:`agentrl.engine.client.EngineClient` has it."""
+    """What the pool needs of an engine:
+    :class:`agentrl.engine_client.client.EngineClient` has it."""
 
     base_url: str
 

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
-from agentrl.engine.client import EngineError, EngineRequestError
+from agentrl.engine_client.client import EngineError, EngineRequestError
 from agentrl.rollout import metrics
 from agentrl.rollout.agent import TrajectoryBuilder
 from agentrl.rollout.caps import EpisodeCaps

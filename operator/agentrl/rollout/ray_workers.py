@@ -65,7 +65,6 @@ import importlib
 import itertools
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -76,6 +75,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import FailurePolicy, TerminalClass
+from agentrl.ray_cluster import placement as ray_placement
+from agentrl.ray_cluster.placement import Placement, current_placement
 from agentrl.rollout import metrics
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.concurrency_source import ConcurrencySource
@@ -85,42 +86,6 @@ from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Timings, Trajectory, training_action
 
 logger = logging.getLogger(__name__)
-
-
-class ActorPlacement(BaseModel):
-    """Where an actor runs, as Ray's raylet granted it (:func:`current_placement`)."""
-
-    placement_group_id: str | None
-    bundle_index: int | None
-    """From the names of the resources Ray granted the worker (``CPU_group_<i>_<pg>``)."""
-    node_id: str
-    pid: int
-    gpu_ids: list[str] = Field(default_factory=list)
-
-
-_GROUP_RESOURCE = re.compile(r"^[A-Za-z]+_group_(\d+)_([0-9a-f]+)$")
-
-
-def current_placement() -> ActorPlacement:
-    """Where the calling actor runs: its placement group and bundle as the raylet granted
-    them (not as the caller asked), its node, its process and its GPUs."""
-    import ray
-
-    context = ray.get_runtime_context()
-    bundle: int | None = None
-    # The raylet grants a bundle's resources under names carrying the bundle's index.
-    for name in context.worker.core_worker.resource_ids():
-        match = _GROUP_RESOURCE.match(name)
-        if match:
-            bundle = int(match.group(1))
-            break
-    return ActorPlacement(
-        placement_group_id=context.get_placement_group_id(),
-        bundle_index=bundle,
-        node_id=context.get_node_id(),
-        pid=os.getpid(),
-        gpu_ids=[str(g) for g in context.get_accelerator_ids().get("GPU", [])],
-    )
 
 
 #: Longest a worker's ``collect`` waits for a first finished episode before answering empty;
@@ -166,7 +131,7 @@ class WorkerParts(BaseModel):
     tokenizer: Any = None
     """A :class:`~agentrl.rollout.agent.TurnTokenizer`; None asks the engines."""
     engine_client: Any = None
-    """Called like :class:`~agentrl.engine.client.EngineClient`; None: that class."""
+    """Called like :class:`~agentrl.engine_client.client.EngineClient`; None: that class."""
 
 
 class EpisodeOrder(BaseModel):
@@ -442,26 +407,6 @@ class RolloutWorker:
         return self.stats()
 
 
-def init_ray(*, num_cpus: int, address: str | None = None) -> None:
-    """Join the Ray cluster at ``address`` (the trainer's head), or start a local one with an
-    explicit CPU count (never Ray's guess of the machine) and no dashboard."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if address is not None:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        return
-    ray.init(
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        log_to_driver=False,
-        # The object store only carries task lists and trajectories: a small one leaves the
-        # memory to the sandboxes.
-        object_store_memory=100 * 1024 * 1024,
-    )
-
-
 def start_workers(
     config: RolloutWorkerConfig,
     *,
@@ -472,7 +417,7 @@ def start_workers(
     (and over the rollout worker pods of a cluster).
 
     ``strategies``: one Ray scheduling strategy per worker — the bundles of the job's rollout
-    placement group (:func:`agentrl.trainer.placement.start_rollout_workers`); None lets Ray
+    placement group (:func:`start_workers_in`); None lets Ray
     choose."""
     import ray
 
@@ -489,6 +434,19 @@ def start_workers(
 
 
 # -- the driver's side -----------------------------------------------------------------------
+
+
+def start_workers_in(placement: Placement, config: RolloutWorkerConfig) -> list[Any]:
+    """The rollout worker actors of :func:`start_workers`, worker ``i`` in bundle ``i`` of
+    ``placement``'s rollout group (``config.workers`` is ``spec.rollout.workers``); the
+    placement keeps their handles."""
+    handles = start_workers(
+        config,
+        cpus_per_worker=ray_placement.ROLLOUT_WORKER_CPUS,
+        strategies=ray_placement.rollout_strategies(placement),
+    )
+    placement.actors.extend(handles)
+    return handles
 
 
 class _Lost(Exception):

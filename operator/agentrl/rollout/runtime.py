@@ -2,8 +2,9 @@
 call.
 
 :func:`open_rollout` builds, from ``AgentRLJobSpec`` and the engines' URLs, everything an
-episode needs (one :class:`~agentrl.engine.client.EngineClient` per engine with its pool sized by
-:func:`~agentrl.engine.client.connection_pool_size`, the :class:`EnginePool` and its health loop,
+episode needs (one :class:`~agentrl.engine_client.client.EngineClient` per engine with its
+pool sized by :func:`~agentrl.engine_client.client.connection_pool_size`, the
+:class:`EnginePool` and its health loop,
 the token-level agent with the tokenizer the engines report, the episode runner with the spec's
 caps and failure policy) and yields a :class:`RolloutScheduler` running this worker's share of
 ``spec.sandbox.concurrency``. The caller owns the sandbox provider, the task source and admission
@@ -25,7 +26,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from agentrl.api.job import AgentRLJobSpec
-from agentrl.engine.client import CONTROL_CONNECTIONS, EngineClient, connection_pool_size
+from agentrl.engine_client.client import CONTROL_CONNECTIONS, EngineClient, connection_pool_size
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
@@ -89,7 +90,7 @@ async def starting_concurrency(
 
 def engine_pool_size(spec: AgentRLJobSpec, concurrency: int) -> int:
     """Connections of this worker's pool towards one engine: what one engine may get from the
-    whole job (:func:`~agentrl.engine.client.connection_pool_size`), but never more than this
+    whole job (:func:`~agentrl.engine_client.client.connection_pool_size`), but never more than this
     worker's own episodes can have open (one LLM call each) plus the control connections."""
     if concurrency == 0:
         return CONTROL_CONNECTIONS
@@ -100,7 +101,7 @@ async def turn_tokenizer_for(client: EngineClient) -> TurnTokenizer:
     """The turn tokenizer matching the engine's ``/get_model_info`` ``tokenizer_path``: the tiny
     policy's word tokenizer, or the model's Hugging Face tokenizer and chat template
     (:mod:`agentrl.rollout.hf_tokenizer`)."""
-    from agentrl.engine.tokenizer import TOKENIZER_NAME
+    from agentrl.tiny.tokenizer import TOKENIZER_NAME
 
     info = await client.get_model_info()
     if info.tokenizer_path in (None, TOKENIZER_NAME):
@@ -116,7 +117,7 @@ def remote_worker_pool_size(spec: AgentRLJobSpec) -> int:
     many episodes a worker holds, and may give one worker more than its even share (another
     worker died, the concurrency was raised live), so the pool does not depend on the
     concurrency: what one engine decodes at once plus what it may queue
-    (``2 × inference.maxRunningRequests``, the bound of :func:`~agentrl.engine.client.
+    (``2 × inference.maxRunningRequests``, the bound of :func:`~agentrl.engine_client.client.
     connection_pool_size`) plus the control connections. Connections open on demand, so an
     unused allowance costs nothing."""
     return 2 * spec.inference.max_running_requests + CONTROL_CONNECTIONS

@@ -23,7 +23,7 @@ def build_backend(config: TrainerConfig) -> Any:
     """The backend of ``spec.trainer.backend`` (torch.distributed already open for megatron)."""
     spec = config.job.spec
     if spec.trainer.backend == TrainerBackend.TORCH:
-        from agentrl.engine import tiny
+        from agentrl.tiny import policy as tiny
         from agentrl.trainer.torch_backend import TorchBackend
 
         source = spec.model.source.path

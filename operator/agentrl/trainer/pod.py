@@ -7,7 +7,7 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
    (:class:`TrainerEnv`: ``NODE_RANK``, ``NNODES``, ``GPUS_PER_NODE``, ``MASTER_ADDR/PORT``...).
 2. With Ray (the default where it is installed): pod 0 starts the Ray head (the rollout worker
    pods join it too), the other pods join it as Ray nodes offering their GPUs and CPU request,
-   and pod 0 places the job (:mod:`agentrl.trainer.placement`): one placement group with a
+   and pod 0 places the job (:mod:`agentrl.ray_cluster.placement`): one placement group with a
    bundle per rank and one for the driver, ready within ``--placement-timeout``. Every rank is
    a :class:`~agentrl.trainer.ranks.TrainerRank` actor in its bundle; they open
    ``torch.distributed`` (nccl/RCCL on GPUs, gloo otherwise) at rank 0's node.
@@ -64,7 +64,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentrl.ray_node.node import (
+from agentrl.ray_cluster.node import (
     agree_on_ray_auth,
     join_head,
     start_ray_node,
@@ -142,7 +142,7 @@ async def drive(
     ``rollout_workers``: the rollout worker actors that run the episodes (under Ray); None
     runs them in this process. ``stop``: stops the loop cleanly once requested; SIGTERM
     requests it where this runs on the main thread (elsewhere the caller forwards it)."""
-    from agentrl.engine.client import EngineClient, connection_pool_size
+    from agentrl.engine_client.client import EngineClient, connection_pool_size
     from agentrl.rollout.metrics_export import WorkerMetrics, serve
     from agentrl.trainer import task_images
     from agentrl.trainer.checkpoint import CheckpointStore
@@ -363,7 +363,7 @@ def run_rank(config: TrainerConfig) -> int:
 
 class TrainerDriver:
     """The driver as a Ray actor in its own bundle: :func:`drive` over rank 0's actor. Started
-    with two threads (:func:`agentrl.trainer.placement.start_driver`) so that
+    with two threads (:func:`agentrl.ray_cluster.placement.start_driver`) so that
     :meth:`request_stop` reaches it while :meth:`run` runs."""
 
     def __init__(self) -> None:
@@ -374,8 +374,8 @@ class TrainerDriver:
         self.stop.request_threadsafe(reason)
 
     def where(self) -> dict[str, Any]:
-        """Where the driver runs (:func:`agentrl.rollout.ray_workers.current_placement`)."""
-        from agentrl.rollout.ray_workers import current_placement
+        """Where the driver runs (:func:`agentrl.ray_cluster.placement.current_placement`)."""
+        from agentrl.ray_cluster.placement import current_placement
 
         return current_placement().model_dump()
 
@@ -416,7 +416,8 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
 
     import ray
 
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
+    from agentrl.rollout.ray_workers import start_workers_in
     from agentrl.trainer.ranks import TrainerRank
 
     payload = config.model_dump(mode="json", by_alias=True)
@@ -426,7 +427,7 @@ def run_placed(config: TrainerConfig, placed: Any) -> Built:
     follows = [r.follow.remote() for r in ranks[1:]]
     workers = None
     if placed.rollout is not None:
-        workers = placement.start_rollout_workers(placed, rollout_worker_config(config))
+        workers = start_workers_in(placed, rollout_worker_config(config))
     driver = placement.start_driver(placed, TrainerDriver)
     run = driver.run.remote(payload, ranks[0], workers)
     pending = [run, *follows]
@@ -466,7 +467,7 @@ def join_ray(
     """Pods other than 0: be a Ray node of the head on pod 0 (``MASTER_ADDR``), offering this
     pod's GPUs and CPU request, until the head goes away — the job is over: exit 0 (pod 0's exit
     status is the job's) — or this node's Ray fails while the head is still there."""
-    from agentrl.trainer.placement import trainer_node_resources
+    from agentrl.ray_cluster.placement import trainer_node_resources
 
     ignore_stop()  # the driver's ranks on this node serve it until it checkpoints
     return join_head(
@@ -488,7 +489,7 @@ def run_with_ray(
     """The trainer under Ray: pod 0 starts the head and places the job (the driver and every
     rank in their bundles), the other pods join (:func:`join_ray`). ``timeout_s`` bounds the
     head's start and the placement group's readiness (every trainer pod joined)."""
-    from agentrl.trainer import placement
+    from agentrl.ray_cluster import placement
 
     if config.env.node_rank > 0:
         return join_ray(config, timeout_s=timeout_s, port=port, temp_dir=temp_dir)

@@ -1,6 +1,6 @@
 """Trainer ranks as Ray actors, and the driver's handles on rank 0.
 
-Under Ray (``agentrl trainer``, :mod:`agentrl.trainer.placement`) every rank is a
+Under Ray (``agentrl trainer``, :mod:`agentrl.ray_cluster.placement`) every rank is a
 :class:`TrainerRank` actor in its bundle of the trainer placement group, and the driver is an
 actor of its own. The ranks open ``torch.distributed`` among themselves (rank 0's node and a
 free port there are the rendezvous), build the backend of ``spec.trainer.backend``, and then:
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 class TrainerRank:
     """The body of one trainer-rank actor (started by
-    :func:`agentrl.trainer.placement.start_trainer_ranks`)."""
+    :func:`agentrl.ray_cluster.placement.start_trainer_ranks`)."""
 
     def __init__(self, rank: int, world_size: int, ranks_per_node: int) -> None:
         self.rank = rank
@@ -55,8 +55,8 @@ class TrainerRank:
     # -- placement and setup -----------------------------------------------------------------
 
     def where(self) -> dict[str, Any]:
-        """Where this rank runs (:func:`agentrl.rollout.ray_workers.current_placement`)."""
-        from agentrl.rollout.ray_workers import current_placement
+        """Where this rank runs (:func:`agentrl.ray_cluster.placement.current_placement`)."""
+        from agentrl.ray_cluster.placement import current_placement
 
         return {"rank": self.rank, **current_placement().model_dump()}
 
@@ -138,7 +138,7 @@ class TrainerRank:
 
     def open_weight_sync(self, step: int) -> None:
         """The weight sync of ``spec.trainer.weightSync.mode`` to the engines, here."""
-        from agentrl.engine.client import EngineClient, connection_pool_size
+        from agentrl.engine_client.client import EngineClient, connection_pool_size
         from agentrl.trainer.factories import build_weight_sync
 
         async def build() -> Any:

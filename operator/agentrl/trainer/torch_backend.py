@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from agentrl.api.trainer import TrainerSpec
-from agentrl.engine import tiny
+from agentrl.tiny import policy as tiny
 from agentrl.trainer import batching
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.loss import combine_updates, grpo_loss, mismatch_statistics

@@ -10,14 +10,14 @@ requests held in place the flush is refused (400, not an error: those requests c
 their KV), and an update asking for its default flush would fail SGLang's assertion and kill the
 engine's scheduler, hence ``flush_cache: false`` on the update itself.
 
-``distributed`` (:class:`DistributedWeightSync`): the trainer (rank 0) and every engine rank
-join one broadcast group (:mod:`agentrl.engine.weight_group`; ``/init_weights_update_group`` on
+``distributed`` (:class:`DistributedWeightSync`): the trainer (rank 0) and every engine rank join
+one broadcast group (:mod:`agentrl.engine_client.weight_group`; ``/init_weights_update_group`` on
 each engine, rank offsets ``1 + i × gpusPerEngine``) on the interface pinned by
 ``spec.trainer.network``. Each push pauses generation, announces names/dtypes/shapes with
-``/update_weights_from_distributed`` on every engine and, while those calls wait, broadcasts
-each tensor from rank 0; then flushes caches and continues. Weights never touch the disk, except
-that an exported copy is recorded in ``current-weights.json`` when an ``export`` is given (the
-watchdog loads it into a restarted engine before the next broadcast).
+``/update_weights_from_distributed`` on every engine and, while those calls wait, broadcasts each
+tensor from rank 0; then flushes caches and continues. Weights never touch the disk, except that an
+exported copy is recorded in ``current-weights.json`` when an ``export`` is given (the watchdog
+loads it into a restarted engine before the next broadcast).
 
 Both modes track the version each engine reports in ``/get_model_info`` and re-push to any
 engine that serves an older one — an engine restarted by its watchdog comes back with its
@@ -38,9 +38,9 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, Field
 
-from agentrl.engine.client import EngineClient, EngineError
-from agentrl.engine.weight_group import BroadcastGroup
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
+from agentrl.engine_client.client import EngineClient, EngineError
+from agentrl.engine_client.weight_group import BroadcastGroup
 
 log = logging.getLogger(__name__)
 

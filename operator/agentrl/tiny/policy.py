@@ -1,6 +1,6 @@
 """The tiny torch policy: a word-level model small enough to train with GRPO on two CPU cores.
 
-Used by the tiny engine (``agentrl.engine.tiny_server``, which samples from it), by the torch
+Used by the tiny engine (``agentrl.tiny.server``, which samples from it), by the torch
 trainer backend (``agentrl.trainer.torch_backend``, which recomputes logprobs and steps it) and by
 ``agentrl run``. Both sides call :func:`sequence_logprobs` / :func:`step_features` here, so the
 trainer's logprobs equal the engine's up to float rounding — the tiny model has no train/inference
@@ -8,7 +8,7 @@ mismatch of its own, which makes the mismatch metrics a clean check of the pipel
 
 The model
 ---------
-A next-token predictor over :class:`~agentrl.engine.tokenizer.WordTokenizer` ids. The state at a
+A next-token predictor over :class:`~agentrl.tiny.tokenizer.WordTokenizer` ids. The state at a
 position is four things, all causal (they use only earlier tokens):
 
 * the **last observation**: the distinct vocabulary words of the most recent non-assistant
@@ -55,7 +55,7 @@ import torch
 from pydantic import BaseModel, Field
 from torch import nn
 
-from agentrl.engine.tokenizer import (
+from agentrl.tiny.tokenizer import (
     COMMON_WORDS,
     EDIT_WORDS,
     NUMBERS,

@@ -6,7 +6,7 @@ with SGLang's documented request and response shapes, so the same client drives 
 server on a GPU and ``agentrl engine serve-tiny`` on a laptop. The request/response types are
 pydantic models; nothing untyped crosses this module's boundary.
 
-No hidden caps: the connection pool (:class:`~agentrl.engine.keepalive.HttpPool`, a lean
+No hidden caps: the connection pool (:class:`~agentrl.engine_client.keepalive.HttpPool`, a lean
 HTTP/1.1 keep-alive pool: at thousands of episodes per worker, aiohttp's client costs two to
 three and a half times its CPU per call) has exactly ``max_connections`` connections, the
 caller derives that number from the manifest with :func:`connection_pool_size`, and the size is
@@ -38,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from agentrl.api import AgentRLJobSpec
-from agentrl.engine.keepalive import HttpPool, HttpProtocolError
+from agentrl.engine_client.keepalive import HttpPool, HttpProtocolError
 
 POOL_SIZE = Gauge(
     "agentrl_engine_client_pool_size",
@@ -235,8 +235,9 @@ class EngineRequestError(EngineError):
 
 
 class Transport(Protocol):
-    """How :class:`EngineClient` sends one request: :class:`~agentrl.engine.keepalive.HttpPool`
-    by default; a benchmark swaps in another HTTP library to compare.
+    """How :class:`EngineClient` sends one request:
+    :class:`~agentrl.engine_client.keepalive.HttpPool` by default; a benchmark swaps in another
+    HTTP library to compare.
 
     It raises :class:`TimeoutError` past ``timeout``, :class:`OSError` when the engine cannot
     be reached or drops the connection, :class:`HttpProtocolError` when it does not speak

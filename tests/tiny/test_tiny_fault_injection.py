@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.engine import tiny
-from agentrl.engine.client import EngineClient, SamplingParams
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.engine_client.client import EngineClient, SamplingParams
 from agentrl.local.engines import free_port
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.tokenizer import get_tokenizer
 
 LINE = "HIP error: an illegal memory access was encountered"
 
@@ -23,7 +23,7 @@ def _start(tmp_path: Path, mode: str, after: int) -> tuple[subprocess.Popen[byte
     log = tmp_path / "engine.log"
     weights = tiny.save_policy(tiny.new_policy(0, dim=8), tmp_path / "weights")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from agentrl.engine.tiny_server import serve_tiny; serve_tiny()",
+        [sys.executable, "-c", "from agentrl.tiny.server import serve_tiny; serve_tiny()",
          "--model-path", str(weights), "--port", str(port), "--log-file", str(log),
          "--fault-mode", mode,
          "--fault-after-requests", str(after), "--fault-line", LINE],

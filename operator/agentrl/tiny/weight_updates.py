@@ -9,7 +9,7 @@ served policy by parameter name and sets ``weight_version``. Both block in a wor
 the engine keeps answering while the group forms and tensors arrive.
 
 Registered on the tiny server's application by :func:`add_routes` (called from
-:func:`agentrl.engine.tiny_server.build_app`); kept apart so the serving loop stays one module.
+:func:`agentrl.tiny.server.build_app`); kept apart so the serving loop stays one module.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import torch
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
-from agentrl.engine.weight_group import BroadcastGroup, dtype_from_name
+from agentrl.engine_client.weight_group import BroadcastGroup, dtype_from_name
 
-log = logging.getLogger("agentrl.engine.tiny")
+log = logging.getLogger("agentrl.tiny.policy")
 
 
 class InitGroupRequest(BaseModel):

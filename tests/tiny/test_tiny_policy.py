@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.engine import tiny
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.tokenizer import get_tokenizer
 
 
 def test_tool_calls_round_trip_through_the_word_tokenizer() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.api import AgentRLJob
 from agentrl.api.validation import load_job
-from agentrl.trainer.placement import (
+from agentrl.ray_cluster.placement import (
     TRAINER_NODE_RESOURCE,
     Bundle,
     PlacementError,

@@ -16,14 +16,14 @@ import pytest
 import torch
 from aiohttp.test_utils import TestServer
 
-from agentrl.engine import tiny
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     EngineClient,
     EngineRequestError,
     SamplingParams,
 )
-from agentrl.engine.tiny_server import TinyEngine, build_app
-from agentrl.engine.tokenizer import get_tokenizer
+from agentrl.tiny import policy as tiny
+from agentrl.tiny.server import TinyEngine, build_app
+from agentrl.tiny.tokenizer import get_tokenizer
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Starting, joining and following a Ray head from a pod.
 
 Callers: ``agentrl.trainer.pod`` (pod 0's head, the other trainer pods' :func:`join_head`),
-``agentrl.ray_node.cli`` (``agentrl ray join``: the rollout worker pods' command, which
+``agentrl.ray_cluster.cli`` (``agentrl ray join``: the rollout worker pods' command, which
 :func:`follow_head`).
 
 Why a rollout worker needs more than ``ray start --block --address=HEAD``: its Deployment starts
@@ -242,3 +242,23 @@ def follow_head(
             log.error("this Ray node exited with status %d while its head was up", code)
             return int(code)
     return 0
+
+
+def init_ray(*, num_cpus: int, address: str | None = None) -> None:
+    """Join the Ray cluster at ``address`` (the trainer's head), or start a local one with an
+    explicit CPU count (never Ray's guess of the machine) and no dashboard."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is not None:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        return
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        # The object store only carries task lists and trajectories: a small one leaves the
+        # memory to the sandboxes.
+        object_store_memory=100 * 1024 * 1024,
+    )

@@ -13,7 +13,7 @@ interface explicitly. Without pinning, a pod with several addresses may advertis
 other side cannot reach and the rendezvous hangs.
 
 Callers: :class:`agentrl.trainer.weight_sync.DistributedWeightSync` (rank 0) and the tiny
-engine's endpoints (:mod:`agentrl.engine.tiny_weight_updates`). torch is imported inside.
+engine's endpoints (:mod:`agentrl.tiny.weight_updates`). torch is imported inside.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agentrl.ray_node.node import NodeOffer, start_ray_node, stop_ray_node
+from agentrl.ray_cluster.node import NodeOffer, start_ray_node, stop_ray_node
 from agentrl.reconcile import ray_auth, rollout, trainer
 from agentrl.reconcile.context import BuildContext
 from tests.factories import make_job

@@ -1,6 +1,6 @@
 """``agentrl ray join``: the rollout worker pods' command (``reconcile.rollout.worker_command``).
 
-Callers: the CLI root (``agentrl.cli`` names ``agentrl.ray_node.cli:ray``).
+Callers: the CLI root (``agentrl.cli`` names ``agentrl.ray_cluster.cli:ray``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from agentrl.ray_node.node import NodeOffer, follow_head
+from agentrl.ray_cluster.node import NodeOffer, follow_head
 
 
 def _head(value: str) -> tuple[str, int]:

@@ -38,11 +38,12 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from agentrl.engine import tiny, tiny_weight_updates
-from agentrl.engine.client import GenerateRequest
-from agentrl.engine.tokenizer import TOKENIZER_NAME, get_tokenizer
+from agentrl.engine_client.client import GenerateRequest
+from agentrl.tiny import policy as tiny
+from agentrl.tiny import weight_updates as tiny_weight_updates
+from agentrl.tiny.tokenizer import TOKENIZER_NAME, get_tokenizer
 
-log = logging.getLogger("agentrl.engine.tiny")
+log = logging.getLogger("agentrl.tiny.policy")
 
 FaultMode = Literal["crash", "hang", "stall"]
 

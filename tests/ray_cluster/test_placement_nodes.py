@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from agentrl.api.validation import load_job
-from agentrl.ray_node.node import (
+from agentrl.ray_cluster import placement
+from agentrl.ray_cluster.node import (
     agree_on_ray_auth,
     reachable,
     start_ray_node,
@@ -26,7 +27,6 @@ from agentrl.ray_node.node import (
 from agentrl.reconcile import configmap
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.policies.suspend import workload_scale
-from agentrl.trainer import placement
 from agentrl.trainer.config import TrainerConfig, TrainerEnv
 from agentrl.trainer.pod import TrainerDriver, join_ray
 from agentrl.trainer.ranks import TrainerRank

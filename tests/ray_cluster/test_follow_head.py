@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.ray_node.node import NodeOffer, start_ray_node, stop_ray_node
+from agentrl.ray_cluster.node import NodeOffer, start_ray_node, stop_ray_node
 from agentrl.reconcile import rollout
 from tests.factories import make_job
 

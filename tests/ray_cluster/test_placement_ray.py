@@ -17,7 +17,7 @@ import yaml
 
 from agentrl.api import AgentRLJob
 from agentrl.api.validation import load_job
-from agentrl.trainer import placement
+from agentrl.ray_cluster import placement
 from agentrl.trainer.pod import TrainerDriver
 from agentrl.trainer.ranks import TrainerRank
 from tests.api.cases import merge
@@ -94,12 +94,12 @@ def test_ranks_and_the_driver_run_in_the_bundles_ray_reserved_and_are_removed_af
 
 @pytest.mark.timeout(300)
 def test_rollout_workers_run_in_their_bundles_of_the_rollout_group(local_ray: None) -> None:
-    from agentrl.rollout.ray_workers import RolloutWorkerConfig
+    from agentrl.rollout.ray_workers import RolloutWorkerConfig, start_workers_in
 
     job = _quickstart({"rollout": {"workers": 2}})
     placed = placement.place(placement.plan_placement(job), timeout_s=60, rollout=True)
     try:
-        workers = placement.start_rollout_workers(
+        workers = start_workers_in(
             placed,
             RolloutWorkerConfig(
                 job=job.to_manifest(), engine_urls=["http://127.0.0.1:9"], workers=2
@@ -140,10 +140,10 @@ def test_rank_zeros_actor_steps_the_torch_backend_as_the_driver_would_in_process
 ) -> None:
     import torch
 
-    from agentrl.engine import tiny
     from agentrl.reconcile import configmap
     from agentrl.reconcile.context import BuildContext
     from agentrl.reconcile.policies.suspend import workload_scale
+    from agentrl.tiny import policy as tiny
     from agentrl.trainer.batching import TrainSample
     from agentrl.trainer.config import TrainerConfig, TrainerEnv
     from agentrl.trainer.factories import build_backend

@@ -1,5 +1,5 @@
 """A lean HTTP/1.1 keep-alive connection pool: the transport of
-:class:`~agentrl.engine.client.EngineClient`.
+:class:`~agentrl.engine_client.client.EngineClient`.
 
 Why not aiohttp's client: at thousands of episodes per rollout worker, every LLM call is one
 request, and aiohttp spends about 90 µs of CPU on each (request and response objects, a
@@ -24,7 +24,7 @@ Errors: :class:`TimeoutError` (the whole request, connect included, outlived ``t
 HTTP/1.x, or cut mid-response). The client turns them into its own error classes. A timed out or
 cancelled request closes its connection (an answer may still be on its way).
 
-Callers: :mod:`agentrl.engine.client` only.
+Callers: :mod:`agentrl.engine_client.client` only.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
 from agentrl.api import AgentRLJobSpec
-from agentrl.engine.client import (
+from agentrl.engine_client.client import (
     CONTROL_CONNECTIONS,
     EngineClient,
     EngineRequestError,

@@ -47,6 +47,8 @@ Strategies, and why:
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -56,13 +58,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJob, AgentRLJobSpec
 from agentrl.api.quantities import parse_quantity
-from agentrl.ray_node.node import NodeOffer
+from agentrl.ray_cluster.node import NodeOffer
 from agentrl.reconcile.constants import ROLLOUT_NODE_RESOURCE
 
 #: CPUs of the driver's bundle: one asyncio loop.
 DRIVER_CPUS: Final = 1.0
 #: CPUs of a CPU-only rank's bundle: the torch backend steps on one thread
-#: (:func:`agentrl.engine.tiny.single_thread`).
+#: (:func:`agentrl.tiny.policy.single_thread`).
 CPU_RANK_CPUS: Final = 1.0
 #: CPUs of a rollout worker's bundle: one asyncio loop (what the worker actor reserves).
 ROLLOUT_WORKER_CPUS: Final = 1.0
@@ -467,14 +469,37 @@ def rollout_strategies(placement: Placement) -> list[Any]:
     return [in_bundle(placement.rollout, i) for i in range(len(placement.plan.rollout.bundles))]
 
 
-def start_rollout_workers(placement: Placement, config: Any) -> list[Any]:
-    """The rollout worker actors of :func:`agentrl.rollout.ray_workers.start_workers`, worker
-    ``i`` in bundle ``i`` of the rollout group (``config``: a ``RolloutWorkerConfig`` whose
-    ``workers`` is ``spec.rollout.workers``)."""
-    from agentrl.rollout import ray_workers
+class ActorPlacement(BaseModel):
+    """Where an actor runs, as Ray's raylet granted it (:func:`current_placement`)."""
 
-    handles = ray_workers.start_workers(
-        config, cpus_per_worker=ROLLOUT_WORKER_CPUS, strategies=rollout_strategies(placement)
+    placement_group_id: str | None
+    bundle_index: int | None
+    """From the names of the resources Ray granted the worker (``CPU_group_<i>_<pg>``)."""
+    node_id: str
+    pid: int
+    gpu_ids: list[str] = Field(default_factory=list)
+
+
+_GROUP_RESOURCE = re.compile(r"^[A-Za-z]+_group_(\d+)_([0-9a-f]+)$")
+
+
+def current_placement() -> ActorPlacement:
+    """Where the calling actor runs: its placement group and bundle as the raylet granted
+    them (not as the caller asked), its node, its process and its GPUs."""
+    import ray
+
+    context = ray.get_runtime_context()
+    bundle: int | None = None
+    # The raylet grants a bundle's resources under names carrying the bundle's index.
+    for name in context.worker.core_worker.resource_ids():
+        match = _GROUP_RESOURCE.match(name)
+        if match:
+            bundle = int(match.group(1))
+            break
+    return ActorPlacement(
+        placement_group_id=context.get_placement_group_id(),
+        bundle_index=bundle,
+        node_id=context.get_node_id(),
+        pid=os.getpid(),
+        gpu_ids=[str(g) for g in context.get_accelerator_ids().get("GPU", [])],
     )
-    placement.actors.extend(handles)
-    return handles
