@@ -52,7 +52,8 @@ Everything crossing the process boundary is a pydantic model dumped to JSON (the
 tasks, trajectories): no live objects are pickled.
 
 ``ray`` is the ``ray`` extra and is imported only here, inside the functions that need it.
-Callers: the trainer's driver (:mod:`agentrl.trainer.pod`), the benchmark, tests.
+Callers: the trainer's driver (:mod:`agentrl.trainer.pod`), ``bench/rollout_concurrency.py``,
+tests.
 """
 
 from __future__ import annotations

@@ -26,8 +26,12 @@ finished trajectories to whoever trains on them.
 * The concurrency gauges are the process's; a scheduler built with ``export_metrics=False``
   (an evaluation's) leaves them to training's.
 
-Callers: ``agentrl run`` (the trainer's local loop), rollout workers on a cluster, the benchmark
-and ``agentrl tasks validate``'s sibling tooling. Typical use::
+Callers: :mod:`agentrl.rollout.runtime` (``open_rollout``: in-process on one machine or in the
+trainer pod), :mod:`agentrl.rollout.ray_workers` (``open_remote_rollout``: the driver's one
+scheduler over the worker actors), :mod:`agentrl.rollout.evaluation` and
+:mod:`agentrl.trainer.evaluation` (the held-out evaluation's own scheduler),
+:mod:`agentrl.trainer.assembly` (``agentrl run``'s in-process tier behind a ``GatedEpisodes``).
+Typical use::
 
     async with RolloutScheduler(runner=runner, tasks=tasks, concurrency=64,
                                 group_size=8, admission=admission) as scheduler:
