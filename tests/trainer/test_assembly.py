@@ -87,3 +87,27 @@ def test_session_wires_evaluation_and_driver_to_the_tier(tmp_path: Path) -> None
         assert entered[-1] == "exited"
 
     asyncio.run(run())
+
+
+async def test_the_fixed_rollout_tier_runs_at_most_the_e2b_plan_limit() -> None:
+    """``agentrl run`` has no operator to cap the spec's figure by the provider's own limit, so
+    the in-process tier applies it (once: on a cluster the operator's in-effect figure does)."""
+    from agentrl.api import AgentRLJobSpec
+    from agentrl.rollout.admission import StalenessAdmission
+    from agentrl.trainer.assembly import fixed_rollout
+
+    spec = AgentRLJobSpec.model_validate(
+        {
+            "model": {"source": {"path": "tiny"}},
+            "sandbox": {
+                "provider": "e2b",
+                "concurrency": 64,
+                "e2b": {"apiKeySecretRef": {"name": "e2b"}, "maxConcurrent": 10},
+            },
+        }
+    )
+    admission = StalenessAdmission(max_staleness=1, trajectories_per_step=4)
+    runner: Any = None  # nothing runs: no task
+    async with fixed_rollout(spec, runner, stream=[], admission=admission) as scheduler:  # type: ignore[arg-type]
+        assert (scheduler.concurrency, scheduler.effective_concurrency) == (64, 10)
+        assert scheduler.runner.capacity == 10  # the gate the evaluation shares

@@ -40,6 +40,7 @@ from agentrl.api.sandbox import SandboxSpec
 from agentrl.api.trainer import EvaluationSpec
 from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.runtime import provider_limit
 from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks import load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task
@@ -186,11 +187,13 @@ async def fixed_rollout(
     together they never run more than that. The driver starts it; cancelled on exit."""
     concurrency = spec.sandbox.concurrency
     scheduler = RolloutScheduler(
+        # the scheduler sets the gate to the effective figure (the provider's own limit applied)
         runner=GatedEpisodes(runner, concurrency),
         tasks=stream,
         concurrency=concurrency,
         group_size=spec.rollout.group_size,
         admission=admission,
+        provider_limit=provider_limit(spec),
         batch_size=spec.trainer.trajectories_per_step,
     )
     try:
