@@ -11,14 +11,10 @@ from collections.abc import Iterable
 
 import grimp
 
-#: Circles known and being removed elsewhere, each as the set of its modules. Listed explicitly
-#: so that any other circle fails; remove an entry as soon as its fix lands (a listed circle
-#: that no longer exists fails too, so the list cannot go stale).
-ALLOWED_CYCLES: list[frozenset[str]] = [
-    # reconcile/observed.py <-> reconcile/quotas.py: being fixed in agentrl.reconcile
-    # (constants moving to a wire-contract module in agentrl.api); drop this entry then.
-    frozenset({"agentrl.reconcile.observed", "agentrl.reconcile.quotas"}),
-]
+#: Circles tolerated for now, each as the set of its modules: none. Listed explicitly so that
+#: any circle fails unless it is named here with its reason (a listed circle that no longer
+#: exists fails too, so the list cannot go stale).
+ALLOWED_CYCLES: list[frozenset[str]] = []
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:

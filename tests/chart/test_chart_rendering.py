@@ -225,10 +225,10 @@ def test_monitoring_objects_render_only_when_enabled(
 
 
 def test_engine_pod_monitor_scrapes_the_watchdog_and_sglangs_own_metrics(helm: Helm) -> None:
+    from agentrl.api.engine_flags import launch_args
     from agentrl.reconcile import engine
     from agentrl.reconcile.constants import LABEL_JOB
     from agentrl.reconcile.context import BuildContext
-    from agentrl.reconcile.engine_flags import launch_args
     from tests.factories import make_job
 
     docs = helm.template({"metrics": {"podMonitor": {"enabled": True}}})

@@ -9,15 +9,16 @@ from typing import Any
 
 from tests.factories import make_job
 
+from agentrl.api import engine_flags, wire
 from agentrl.devcluster import sglang_env
-from agentrl.reconcile import engine, engine_flags
+from agentrl.reconcile import engine
 
 
 def _probes_on_the_engine_port() -> set[str]:
     job = make_job().with_spec("inference.gpuResource", "amd.com/gpu").obj()
     probes = [engine.startup_probe(job), engine.readiness_probe(job), engine.liveness_probe()]
     return {
-        p["httpGet"]["path"] for p in probes if p["httpGet"]["port"] == engine_flags.ENGINE_PORT
+        p["httpGet"]["path"] for p in probes if p["httpGet"]["port"] == wire.ENGINE_PORT
     }
 
 

@@ -7,7 +7,7 @@ needs an accelerator on this machine ("No accelerator ... is available"). It cop
 namespace's fields one to one, so the namespace is what the server would start with.
 
 The expected values are written from the spec fields by hand (not by asking
-``agentrl.reconcile.engine_flags``), and SGLang's own destinations are read by name.
+``agentrl.api.engine_flags``), and SGLang's own destinations are read by name.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import pytest
 import yaml
 from tests.factories import make_job
 
-from agentrl.api import AgentRLJob
+from agentrl.api import AgentRLJob, engine_flags
 from agentrl.api.engine import EngineServer
 from agentrl.devcluster import sglang_env
-from agentrl.reconcile import engine_flags
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from agentrl.api.wire import ANNOTATION_PROGRESS
 from agentrl.devcluster.testing import ClusterHandle, Kubectl
-from agentrl.reconcile.constants import ANNOTATION_PROGRESS
 from tests.controller.apiserver import reconcile_once
 from tests.factories import make_pod
 

@@ -1,5 +1,5 @@
 """The engine tests' base job, kept only for ``tests/engine/test_engine_flags.py`` until that
-test moves with ``agentrl/reconcile/engine_flags.py``: a thin wrapper over the one job factory,
+test moves with ``agentrl/api/engine_flags.py``: a thin wrapper over the one job factory,
 :func:`tests.factories.make_job`. New tests use that factory directly."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrl.reconcile.engine_flags import launch_args
+from agentrl.api.engine_flags import launch_args
 from tests.factories import make_job
 
 #: The job the engine tests launch: Qwen3-30B-A3B served as "policy", inference defaults.

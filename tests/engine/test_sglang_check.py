@@ -10,8 +10,8 @@ import argparse
 
 import pytest
 
+from agentrl.api import engine_flags, wire
 from agentrl.engine import launch, sglang_check
-from agentrl.reconcile import engine_flags
 
 
 class _Refused(Exception):
@@ -72,7 +72,7 @@ def test_a_refused_value_names_the_flag_it_belongs_to(monkeypatch: pytest.Monkey
     sources = ["spec.model.source"] * 2 + ["spec.model.toolCallParser"] * 2
     rejection = sglang_check.Rejection("invalid choice: 'qwen9'", index=3)
     monkeypatch.setattr(sglang_check, "check_args", lambda _: rejection)
-    monkeypatch.setattr(launch, "_installed_sglang_version", lambda: engine_flags.SGLANG_VERSION)
+    monkeypatch.setattr(launch, "_installed_sglang_version", lambda: wire.SGLANG_VERSION)
     with pytest.raises(
         engine_flags.EngineFlagError,
         match=r"'--tool-call-parser', from spec\.model\.toolCallParser",

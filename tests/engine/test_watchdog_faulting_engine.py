@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.api.wire import WatchdogState
 from agentrl.engine.processes import ProcEngineProcesses
 from agentrl.engine.watchdog import HttpEngineEndpoints, Watchdog, WatchdogConfig
-from agentrl.engine.watchdog_report import FakeReporter, WatchdogState
+from agentrl.engine.watchdog_report import FakeReporter
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
 
 pytestmark = pytest.mark.slow

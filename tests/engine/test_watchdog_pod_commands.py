@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.api import wire
 from agentrl.api.validation import load_job
-from agentrl.reconcile import engine, engine_flags
+from agentrl.api.wire import CONFIG_JOB_KEY
+from agentrl.reconcile import engine
 from agentrl.reconcile.configmap import config_map
-from agentrl.reconcile.constants import CONFIG_JOB_KEY
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.policies.suspend import workload_scale
 
@@ -83,7 +84,7 @@ def test_the_tiny_engine_pods_watchdog_finds_its_engine_and_reports_ready(tmp_pa
         "--port", str(watchdog_port),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")} | {
-        engine_flags.SPEC_ENV: str(spec_file)
+        wire.SPEC_ENV: str(spec_file)
     }
     # the pod's shared PID namespace: unshare as root, in a user namespace of its own otherwise
     user_ns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
@@ -97,7 +98,7 @@ def test_the_tiny_engine_pods_watchdog_finds_its_engine_and_reports_ready(tmp_pa
         start_new_session=True,
     )
     try:
-        ready = f"http://127.0.0.1:{watchdog_port}{engine_flags.WATCHDOG_READY_PATH}"
+        ready = f"http://127.0.0.1:{watchdog_port}{wire.WATCHDOG_READY_PATH}"
         deadline = time.monotonic() + 120
         out = tmp_path / "watchdog.out"
         while _status(ready) != 200:

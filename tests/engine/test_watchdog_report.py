@@ -8,7 +8,8 @@ import json
 import httpx2
 from lightkube import AsyncClient, KubeConfig
 
-from agentrl.engine.watchdog_report import LightkubeReporter, WatchdogReport, WatchdogState
+from agentrl.api.wire import WatchdogReport, WatchdogState
+from agentrl.engine.watchdog_report import LightkubeReporter
 
 #: A kubeconfig pointing at an address the mock transport answers (nothing leaves the process).
 KUBECONFIG = {

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.api.wire import WatchdogState
 from agentrl.engine.watchdog import (
     ENGINE_EXITED,
     GENERATION_STALL,
@@ -20,7 +21,7 @@ from agentrl.engine.watchdog import (
     WatchdogConfig,
     parse_engine_load,
 )
-from agentrl.engine.watchdog_report import FakeReporter, WatchdogState
+from agentrl.engine.watchdog_report import FakeReporter
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
 from tests.factories import make_job
 

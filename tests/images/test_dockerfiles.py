@@ -171,9 +171,10 @@ def test_engine_entrypoint_is_the_launcher_and_takes_the_rendered_flags() -> Non
 def test_the_operator_renders_engine_pods_that_use_the_image_entrypoints() -> None:
     from tests.factories import make_job
 
+    from agentrl.api.engine_flags import launch_args
+    from agentrl.api.wire import ENGINE_PORT
     from agentrl.reconcile import engine as engine_builder
     from agentrl.reconcile.context import BuildContext
-    from agentrl.reconcile.engine_flags import ENGINE_PORT, launch_args
 
     job = (
         make_job("swe").with_served_model("/models/qwen3-30b-a3b", "policy").with_inference().obj()

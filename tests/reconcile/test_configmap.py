@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
+from agentrl.api.wire import SPEC_FILE, SPEC_MOUNT_PATH
 from agentrl.reconcile import configmap
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.engine_flags import SPEC_FILE, SPEC_MOUNT_PATH
 from agentrl.reconcile.policies.suspend import workload_scale
 from tests.factories import make_job
 

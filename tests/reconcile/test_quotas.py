@@ -11,7 +11,7 @@ import yaml
 
 from agentrl.reconcile.concurrency import EffectiveConcurrency, effective_concurrency
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.observed import observe
+from agentrl.reconcile.observed import observe, sandboxes_charged
 from agentrl.reconcile.plan import plan
 from agentrl.reconcile.quotas import (
     QuotaRoom,
@@ -19,7 +19,6 @@ from agentrl.reconcile.quotas import (
     applies_to_sandboxes,
     quota_from_object,
     sandbox_room,
-    sandboxes_charged,
 )
 from tests.factories import make_job, make_pod
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agentrl.api.wire import CONFIG_RUNTIME_KEY
 from agentrl.devcluster.testing import ClusterHandle, Kubectl
 from agentrl.rollout.concurrency_source import (
     ConfigMapSource,
@@ -28,15 +29,23 @@ from agentrl.rollout.scheduler import RolloutScheduler
 
 
 def runtime_yaml(concurrency: int, workers: int = 1) -> str:
-    """The shape of the operator's runtime.yaml (reconcile.configmap), trimmed."""
-    return yaml.safe_dump(
-        {
-            "job": "swe",
-            "suspended": False,
-            "sandbox": {"provider": "kubernetes", "concurrency": concurrency, "desired": 64},
-            "rollout": {"workers": workers},
-        }
+    """``runtime.yaml`` as the operator writes it (its own ConfigMap builder), for a job whose
+    spec asks for 64 with ``concurrency`` in effect over ``workers`` rollout workers."""
+    from agentrl.reconcile.configmap import config_map
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.policies.suspend import WorkloadScale
+    from tests.factories import make_job
+
+    job = make_job("swe").with_concurrency(64).obj()
+    scale = WorkloadScale(
+        engines=1,
+        rollout_workers=workers,
+        sandbox_concurrency=concurrency,
+        concurrency_limited_by=None if concurrency == 64 else "a ResourceQuota",
+        trainer_suspended=False,
     )
+    data = config_map(job, BuildContext.for_job(job, uid="0000"), scale)["data"]
+    return str(data[CONFIG_RUNTIME_KEY])
 
 
 def write_like_the_kubelet(path: Path, text: str) -> None:
@@ -83,10 +92,13 @@ def test_the_shares_of_all_workers_add_up_to_the_figure_in_effect() -> None:
 
 def test_runtime_yaml_gives_the_concurrency_and_the_workers() -> None:
     assert parse_runtime(runtime_yaml(12, workers=2)) == InEffect(concurrency=12, workers=2)
-    with pytest.raises(ValueError, match=r"sandbox\.concurrency"):
+    # a torn or foreign file is not the operator's runtime config
+    with pytest.raises(ValueError, match="not the operator's runtime config"):
         parse_runtime("sandbox: {provider: kubernetes}\n")
+    bad = yaml.safe_load(runtime_yaml(12))
+    bad["sandbox"]["concurrency"] = -1
     with pytest.raises(ValueError, match=r"sandbox\.concurrency"):
-        parse_runtime("sandbox: {concurrency: -1}\n")
+        parse_runtime(yaml.safe_dump(bad))
 
 
 async def test_the_scheduler_follows_the_mounted_file_when_the_operator_changes_it(

@@ -11,9 +11,10 @@ import yaml
 from click.testing import CliRunner
 
 from agentrl.api.validation import load_job
+from agentrl.api.wire import TrainerProgress
 from agentrl.reconcile import configmap
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.observed import TrainerProgress, pod_from_object
+from agentrl.reconcile.observed import pod_from_object
 from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.reconcile.trainer import trainer_env
 from agentrl.trainer.checkpoint import Counters, DriverState

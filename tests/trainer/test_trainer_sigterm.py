@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from agentrl.api.validation import load_job
+from agentrl.api.wire import CONFIG_RUNTIME_KEY
 from agentrl.reconcile import configmap
-from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.policies.suspend import workload_scale
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState

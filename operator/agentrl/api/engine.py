@@ -184,7 +184,7 @@ CONFIG_FLAG_MIN_PREFIX = "--conf"
 
 #: SGLang 0.5.15's other ways to turn decode graphs off (``--disable-cuda-graph`` is a deprecated
 #: umbrella for them there; found by the contract test against its parser, see
-#: ``agentrl.reconcile.engine_flags``), each with the shortest abbreviation argparse expands to
+#: ``agentrl.api.engine_flags``), each with the shortest abbreviation argparse expands to
 #: it alone: flags that do it outright (or, ``--cuda-graph-config``, a JSON graph configuration
 #: that could carry it out of sight), and the decode backend flag, whose value ``disabled`` does.
 DECODE_GRAPH_OFF_FLAGS: dict[str, str] = {

@@ -38,8 +38,8 @@ from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agentrl.api.wire import ENGINE_PORT
 from agentrl.reconcile.constants import LABEL_COMPONENT, Component
-from agentrl.reconcile.engine_flags import ENGINE_PORT
 from agentrl.reconcile.observed import Observed
 from agentrl.reconcile.policies.autoscale import (
     EngineMetrics,

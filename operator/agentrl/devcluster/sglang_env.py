@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrl.api.wire import SGLANG_VERSION
 from agentrl.devcluster.venvs import Venv, VenvError
-from agentrl.reconcile.engine_flags import SGLANG_VERSION
 
 if TYPE_CHECKING:
     from agentrl.devcluster.steps import Step

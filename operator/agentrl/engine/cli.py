@@ -18,7 +18,7 @@ from typing import TextIO
 
 import click
 
-from agentrl.reconcile import engine_flags
+from agentrl.api import engine_flags, wire
 
 #: Sub-commands implemented elsewhere, imported when they run ("module:attribute").
 LAZY_COMMANDS = {"serve-tiny": "agentrl.tiny.server:serve_tiny"}
@@ -63,11 +63,11 @@ _SPEC_OPTION = click.option(
     "--spec",
     "spec_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=engine_flags.SPEC_FILE,
+    default=wire.SPEC_FILE,
     show_default=True,
-    envvar=engine_flags.SPEC_ENV,
+    envvar=wire.SPEC_ENV,
     help=f"The resolved AgentRLJob YAML (the ConfigMap the operator mounts). "
-    f"Env: {engine_flags.SPEC_ENV}.",
+    f"Env: {wire.SPEC_ENV}.",
 )
 
 
@@ -82,14 +82,14 @@ def engine() -> None:
     "--engine-port",
     "port",
     type=int,
-    default=engine_flags.ENGINE_PORT,
+    default=wire.ENGINE_PORT,
     show_default=True,
     help="SGLang's --port when the flags are built from --spec.",
 )
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=engine_flags.ENGINE_LOG_FILE,
+    default=wire.ENGINE_LOG_FILE,
     show_default=True,
     envvar="AGENTRL_ENGINE_LOG",
     help="Where the engine log is teed (the watchdog tails it). Env: AGENTRL_ENGINE_LOG.",
@@ -139,11 +139,11 @@ def launch(
 
 @engine.group(invoke_without_command=True)
 @_SPEC_OPTION
-@click.option("--engine-url", default=f"http://127.0.0.1:{engine_flags.ENGINE_PORT}")
+@click.option("--engine-url", default=f"http://127.0.0.1:{wire.ENGINE_PORT}")
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=engine_flags.ENGINE_LOG_FILE,
+    default=wire.ENGINE_LOG_FILE,
     show_default=True,
     envvar="AGENTRL_ENGINE_LOG",
 )
@@ -151,16 +151,16 @@ def launch(
     "--engine-cmdline",
     default=None,
     help="Substring of the engine process's command line (default: from spec.inference.server: "
-    f"{engine_flags.SGLANG_MODULE!r} for sglang, {engine_flags.TINY_CMDLINE!r} for tiny).",
+    f"{wire.SGLANG_MODULE!r} for sglang, {wire.TINY_CMDLINE!r} for tiny).",
 )
 @click.option(
     "--weights-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=engine_flags.CURRENT_WEIGHTS_FILE,
+    default=wire.CURRENT_WEIGHTS_FILE,
     show_default=True,
     help="The trainer's current-weights record, re-pushed after a restart.",
 )
-@click.option("--port", type=int, default=engine_flags.WATCHDOG_PORT, show_default=True)
+@click.option("--port", type=int, default=wire.WATCHDOG_PORT, show_default=True)
 @click.option("--pod-name", envvar="POD_NAME", help="This pod (annotated). Env: POD_NAME.")
 @click.option("--namespace", envvar="POD_NAMESPACE", help="Its namespace. Env: POD_NAMESPACE.")
 @click.option("--job-uid", envvar="AGENTRL_JOB_UID", help="The job's UID (Events). Env.")

@@ -1,9 +1,9 @@
 """``agentrl engine launch``: the engine container's entrypoint.
 
 Reads the resolved AgentRLJob the operator mounts from the job's ConfigMap
-(:data:`~agentrl.reconcile.engine_flags.SPEC_FILE`), builds the
+(:data:`~agentrl.api.wire.SPEC_FILE`), builds the
 ``python3 -m sglang.launch_server`` command through the static flag schema
-(:mod:`agentrl.reconcile.engine_flags`, the same function the operator renders the pod with),
+(:mod:`agentrl.api.engine_flags`, the same function the operator renders the pod with),
 sets the ROCm environment, and execs the engine.
 
 Why exec: the engine must be the container's main process, so the kubelet's SIGTERM reaches it
@@ -39,9 +39,8 @@ from typing import NoReturn
 
 import yaml
 
-from agentrl.api import AgentRLJob
+from agentrl.api import AgentRLJob, engine_flags, wire
 from agentrl.engine import sglang_check
-from agentrl.reconcile import engine_flags
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +134,9 @@ def check_with_sglang(args: list[str], sources: list[str]) -> None:
         return
     installed = _installed_sglang_version()
     release = f"SGLang {installed}"
-    if installed != engine_flags.SGLANG_VERSION:
+    if installed != wire.SGLANG_VERSION:
         release += (
-            f" (agentrl's flags are checked against SGLang {engine_flags.SGLANG_VERSION}: "
+            f" (agentrl's flags are checked against SGLang {wire.SGLANG_VERSION}: "
             "is the image's base the release agentrl pins?)"
         )
     if rejection.index is None:
@@ -190,8 +189,8 @@ def prepare(
         raise ValueError("no engine arguments and no job spec")
     if sglang_check.sglang_installed():
         check_with_sglang(args, sources)
-    command = ["python3", "-m", engine_flags.SGLANG_MODULE, *args]
+    command = ["python3", "-m", wire.SGLANG_MODULE, *args]
     with contextlib.suppress(OSError):
-        Path(engine_flags.CRASH_DUMP_PATH).mkdir(parents=True, exist_ok=True)
+        Path(wire.CRASH_DUMP_PATH).mkdir(parents=True, exist_ok=True)
     base = dict(os.environ)
     return command, engine_environment(job, base) if job is not None else base

@@ -3,7 +3,7 @@ push the current weights again, and only then report ready.
 
 Run by ``agentrl engine watchdog`` in a sidecar of every engine pod (``shareProcessNamespace``),
 and in-process by tests. It serves the engine pod's readiness probe (``/readyz`` on
-:data:`~agentrl.reconcile.engine_flags.WATCHDOG_PORT`), so an engine that is faulting or
+:data:`~agentrl.api.wire.WATCHDOG_PORT`), so an engine that is faulting or
 recovering leaves the Service at once.
 
 Detection, every ``pollIntervalSeconds``:
@@ -54,8 +54,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
-from agentrl.api import AgentRLJob
+from agentrl.api import AgentRLJob, wire
 from agentrl.api.engine import EngineServer
+from agentrl.api.wire import LastFault, WatchdogReport, WatchdogState
 from agentrl.engine import faults
 from agentrl.engine.processes import EngineProcesses
 from agentrl.engine.watchdog_report import (
@@ -64,14 +65,10 @@ from agentrl.engine.watchdog_report import (
     REASON_FAULT,
     REASON_RECOVERED,
     EventType,
-    LastFault,
     Reporter,
-    WatchdogReport,
-    WatchdogState,
 )
 from agentrl.engine.weight_pointer import CurrentWeights, read_current_weights
 from agentrl.engine_client.client import MODEL_INFO_PATH
-from agentrl.reconcile import engine_flags
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +83,13 @@ TRIGGER_NAMES = (*faults.SIGNATURE_NAMES, HEALTH_PROBE_FAILED, GENERATION_STALL,
 class WatchdogConfig(BaseModel):
     """The watchdog's settings; :meth:`from_job` derives them from ``spec.inference``."""
 
-    engine_url: str = f"http://127.0.0.1:{engine_flags.ENGINE_PORT}"
+    engine_url: str = f"http://127.0.0.1:{wire.ENGINE_PORT}"
     """The engine's base URL (same pod: loopback)."""
-    log_file: Path = Path(engine_flags.ENGINE_LOG_FILE)
+    log_file: Path = Path(wire.ENGINE_LOG_FILE)
     """The engine log ``agentrl engine launch`` writes on the shared volume."""
-    engine_cmdline: str = engine_flags.SGLANG_MODULE
+    engine_cmdline: str = wire.SGLANG_MODULE
     """Substring of the engine main process's command line."""
-    weights_file: Path | None = Path(engine_flags.CURRENT_WEIGHTS_FILE)
+    weights_file: Path | None = Path(wire.CURRENT_WEIGHTS_FILE)
     """The trainer's current-weights record; None never re-pushes."""
     health_timeout_seconds: float = Field(default=60, gt=0)
     """``spec.inference.watchdog.healthTimeoutSeconds``."""
@@ -133,9 +130,9 @@ class WatchdogConfig(BaseModel):
             "restart_window_seconds": spec.watchdog.restart_window_seconds,
             "recover_timeout_seconds": spec.startup_timeout_seconds,
             "engine_cmdline": (
-                engine_flags.TINY_CMDLINE
+                wire.TINY_CMDLINE
                 if spec.server == EngineServer.TINY
-                else engine_flags.SGLANG_MODULE
+                else wire.SGLANG_MODULE
             ),
         }
         values.update(overrides)
@@ -801,8 +798,8 @@ def build_app(watchdog: Watchdog) -> web.Application:
         )
 
     app = web.Application()
-    app.router.add_get(engine_flags.WATCHDOG_READY_PATH, readyz)
-    app.router.add_get(engine_flags.WATCHDOG_LIVE_PATH, healthz)
+    app.router.add_get(wire.WATCHDOG_READY_PATH, readyz)
+    app.router.add_get(wire.WATCHDOG_LIVE_PATH, healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/state", state)
     return app
@@ -844,7 +841,7 @@ async def serve(
     runner = web.AppRunner(build_app(watchdog), handle_signals=False, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", port).start()
-    log.info("watchdog serving %s on :%d", engine_flags.WATCHDOG_READY_PATH, port)
+    log.info("watchdog serving %s on :%d", wire.WATCHDOG_READY_PATH, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

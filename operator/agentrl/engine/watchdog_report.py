@@ -17,14 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
-
 from agentrl.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from agentrl.reconcile.engine_flags import WATCHDOG_ANNOTATION
+from agentrl.api.wire import ANNOTATION_WATCHDOG, WatchdogReport
 
 log = logging.getLogger(__name__)
 
@@ -37,68 +33,8 @@ REASON_CRASH_LOOP = "WatchdogCrashLoop"
 REASON_CRASH_LOOP_CLEARED = "WatchdogCrashLoopCleared"
 
 
-class WatchdogState(StrEnum):
-    """The watchdog's state; ``Degraded`` wins over the others while the guard is tripped."""
-
-    STARTING = "Starting"
-    """The engine is loading; readiness is down until it is healthy and has current weights."""
-    READY = "Ready"
-    """The engine is healthy and serves the current weights."""
-    RECOVERING = "Recovering"
-    """A fault was seen: the engine is being restarted; readiness is down."""
-    DEGRADED = "Degraded"
-    """More than ``maxRestarts`` restarts within the window: the crash-loop guard tripped.
-    Recovery goes on, with graphs on; the operator sets the job's Degraded condition."""
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class _Report(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
-
-class LastFault(_Report):
-    """The latest fault the watchdog acted on."""
-
-    signature: str
-    """Fault signature name (``GPU_MEMORY_ACCESS_FAULT``, ``HEALTH_PROBE_FAILED``, ...)."""
-    line: str
-    """The log line that matched, or what the watchdog observed."""
-    time: str
-    """When it was seen (RFC 3339)."""
-
-
-class WatchdogReport(_Report):
-    """The JSON in the ``agentrl.dev/watchdog`` annotation."""
-
-    state: WatchdogState
-    """Current state."""
-    ready: bool
-    """Whether the watchdog reports the engine ready."""
-    restarts: int
-    """Engine restarts observed since the watchdog started."""
-    restarts_in_window: int
-    """Restarts within the crash-loop window."""
-    max_restarts: int
-    """The guard's limit (``spec.inference.watchdog.maxRestarts``)."""
-    window_seconds: int
-    """The guard's window (``spec.inference.watchdog.restartWindowSeconds``)."""
-    faults: int
-    """Faults acted on since the watchdog started."""
-    last_fault: LastFault | None = None
-    """The latest fault."""
-    last_recovery_seconds: float | None = None
-    """How long the latest recovery took, fault to ready (seconds)."""
-    weight_version: str | None = None
-    """Weight version the engine serves, read from its ``/model_info`` (whoever pushed it)."""
-    updated_at: str
-    """When this report was written (RFC 3339)."""
-
-    def to_annotation(self) -> str:
-        """The annotation value."""
-        return self.model_dump_json(by_alias=True, exclude_none=True)
 
 
 class Reporter(Protocol):
@@ -171,7 +107,7 @@ class LightkubeReporter:
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 
-        patch = {"metadata": {"annotations": {WATCHDOG_ANNOTATION: report.to_annotation()}}}
+        patch = {"metadata": {"annotations": {ANNOTATION_WATCHDOG: report.to_annotation()}}}
         try:
             await self._get_client().patch(
                 Pod, self.pod_name, patch, namespace=self.namespace, patch_type=PatchType.MERGE

@@ -58,8 +58,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJob, AgentRLJobSpec
 from agentrl.api.quantities import parse_quantity
+from agentrl.api.wire import ROLLOUT_NODE_RESOURCE
 from agentrl.ray_cluster.node import NodeOffer
-from agentrl.reconcile.constants import ROLLOUT_NODE_RESOURCE
 
 #: CPUs of the driver's bundle: one asyncio loop.
 DRIVER_CPUS: Final = 1.0
@@ -96,7 +96,7 @@ class Bundle(BaseModel):
     """Units of :data:`TRAINER_NODE_RESOURCE` (1 in a trainer-group bundle; what a trainer
     node offers in :func:`trainer_node_resources`)."""
     rollout_node: int = Field(default=0, ge=0)
-    """Units of :data:`~agentrl.reconcile.constants.ROLLOUT_NODE_RESOURCE` (1 in a rollout
+    """Units of :data:`~agentrl.api.wire.ROLLOUT_NODE_RESOURCE` (1 in a rollout
     worker's bundle; the rollout pods offer one per CPU, ``reconcile.rollout``)."""
 
     def resources(self) -> dict[str, float]:

@@ -17,10 +17,10 @@ from typing import Any
 import click
 import yaml
 
+from agentrl.api.engine_flags import EngineFlagError
 from agentrl.api.validation import ManifestSyntaxError, validate_text
 from agentrl.reconcile.children import desired_children
 from agentrl.reconcile.context import RENDER_UID, BuildContext, Images
-from agentrl.reconcile.engine_flags import EngineFlagError
 
 
 def render_objects(

@@ -22,95 +22,27 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
 from agentrl.api import AgentRLJob
-from agentrl.reconcile import names
-from agentrl.reconcile.constants import (
+from agentrl.api.wire import (
+    CHECKPOINT_MOUNT_PATH,
     CONFIG_JOB_KEY,
     CONFIG_RUNTIME_KEY,
+    ENGINE_PORT,
     RAY_HEAD_PORT,
     TRAINER_MASTER_PORT,
-    Component,
+    EngineEndpoints,
+    RolloutRuntime,
+    RuntimeConfig,
+    SandboxRuntime,
+    TrainerEndpoints,
 )
+from agentrl.reconcile import names
+from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH, ENGINE_PORT
 from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.policies.suspend import WorkloadScale
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
-
-
-class EngineEndpoints(_Config):
-    """Where the engines answer."""
-
-    service: str
-    """The headless Service governing the StatefulSet."""
-    port: int
-    """SGLang's port."""
-    urls: list[str]
-    """One base URL per engine pod (stable DNS names), in ordinal order."""
-
-
-class TrainerEndpoints(_Config):
-    """Trainer rendezvous."""
-
-    master_addr: str
-    """Rank 0's stable DNS name (``MASTER_ADDR``)."""
-    master_port: int
-    """torch.distributed rendezvous port (``MASTER_PORT``)."""
-    ray_head_address: str
-    """``host:port`` of the Ray head on rank 0; rollout workers join it."""
-    nodes: int
-    """Trainer pods."""
-
-
-class SandboxRuntime(_Config):
-    """The sandbox pool as the rollout tier must run it."""
-
-    provider: str
-    """``kubernetes``, ``e2b`` or ``local``."""
-    concurrency: int
-    """Sandboxes (episodes) in flight at once, in effect now."""
-    desired: int
-    """``spec.sandbox.concurrency``."""
-    limited_by: str | None
-    """What holds ``concurrency`` below ``desired``."""
-    selector: str
-    """Label selector of the job's sandbox pods."""
-    pod_name_prefix: str
-    """Sandbox pods are named this plus random characters."""
-    network_policy: str
-    """The NetworkPolicy that confines sandbox pods."""
-
-
-class RolloutRuntime(_Config):
-    """The rollout workers."""
-
-    workers: int
-    """Rollout worker pods in effect: each runs its share of ``sandbox.concurrency``
-    (``rollout.concurrency_source.split_concurrency``)."""
-
-
-class RuntimeConfig(_Config):
-    """``runtime.yaml``: endpoints and in-effect settings."""
-
-    job: str
-    namespace: str
-    uid: str
-    suspended: bool
-    engines: EngineEndpoints
-    trainer: TrainerEndpoints
-    sandbox: SandboxRuntime
-    rollout: RolloutRuntime
-    checkpoint_dir: str
-    """Where the checkpoint volume is mounted."""
 
 
 def _svc_host(host: str, service: str, namespace: str) -> str:

@@ -1,11 +1,12 @@
-"""Keys, names and fixed numbers of the operator, in one place: label and annotation keys, the
-server-side-apply field manager, ports the children talk on, and the condition reasons that
+"""Keys, names and fixed numbers only the operator uses: label keys, annotations it writes for
+itself, the server-side-apply field manager, and the condition reasons that
 ``agentrl.api.conditions`` does not (yet) hold.
 
 Read by every builder in ``agentrl.reconcile`` and by the controller (which applies under
-:data:`FIELD_MANAGER`). Ports and paths of the engine pod live in
-``agentrl.reconcile.engine_flags`` (shared with ``agentrl engine launch``) and are re-used here,
-not repeated.
+:data:`FIELD_MANAGER`). What the operator hands to its workloads and reads back from them
+(ConfigMap keys, annotation keys and payloads, ports, mount paths, Ray resources) is the wire
+contract, :mod:`agentrl.api.wire`; the few of those names re-exported below are kept for callers
+that still import them from here.
 
 There is no finalizer: every child, sandbox pods included, carries an ownerReference to the
 job, so Kubernetes' garbage collector deletes them with the job whether or not the operator is
@@ -17,7 +18,25 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-from agentrl.reconcile.engine_flags import WATCHDOG_ANNOTATION
+# Re-exported for callers not yet moved to agentrl.api.wire (the wire contract's home).
+from agentrl.api.wire import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
+
+__all__ = [
+    "ANNOTATION_JOB_COMPLETION_INDEX",
+    "ANNOTATION_TRAINER_ATTEMPT",
+    "APP_NAME",
+    "CONFIG_RUNTIME_KEY",
+    "FIELD_MANAGER",
+    "LABEL_COMPONENT",
+    "LABEL_INSTANCE",
+    "LABEL_JOB",
+    "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_PART_OF",
+    "RAY_HEAD_PORT",
+    "Component",
+    "ExtraReason",
+]
 
 #: Server-side apply field manager for everything the operator writes.
 FIELD_MANAGER: Final = "agentrl-operator"
@@ -37,17 +56,6 @@ LABEL_JOB: Final = "agentrl.dev/job"
 
 # ---- annotation keys -------------------------------------------------------------------------
 
-#: JSON the engine watchdog sidecar writes on its own pod (see ``observed.WatchdogReport``);
-#: the operator lifts it into ``status.engines`` and the Degraded condition. Defined with the
-#: engine's flag schema, which the watchdog shares.
-ANNOTATION_WATCHDOG: Final = WATCHDOG_ANNOTATION
-#: JSON the trainer's driver (rank 0) writes on its own pod (see ``observed.TrainerProgress``):
-#: step, checkpoint step, weight version and rollout figures, lifted into ``status``.
-ANNOTATION_PROGRESS: Final = "agentrl.dev/progress"
-#: Data key of the ``NAME-task-images`` ConfigMap: the dataset's task images, one per line, in
-#: the order the trainer draws their tasks. The trainer's driver writes it after loading the
-#: dataset (a volume the operator cannot read); the operator pre-pulls what it lists.
-TASK_IMAGES_KEY: Final = "images"
 #: On the trainer Job: which attempt it is (0 first, then one more per restart). Lets a
 #: restarted operator tell the current attempt from a failed one it has already counted.
 ANNOTATION_TRAINER_ATTEMPT: Final = "agentrl.dev/trainer-attempt"
@@ -65,32 +73,6 @@ class Component(StrEnum):
     SANDBOX = "sandbox"
     CHECKPOINTS = "checkpoints"
     PREPULL = "prepull"
-
-
-# ---- trainer rendezvous ----------------------------------------------------------------------
-
-#: torch.distributed / Megatron rendezvous port on trainer rank 0 (``MASTER_PORT``).
-TRAINER_MASTER_PORT: Final = 29500
-#: Ray head port on trainer rank 0; rollout workers join it.
-RAY_HEAD_PORT: Final = 6379
-#: Ray custom resource only the rollout worker pods offer (one unit per CPU they offer); each
-#: rollout worker's bundle takes one, so no worker lands on a trainer node, which has neither
-#: the rollout ServiceAccount's sandbox rights nor CPU reserved for episodes.
-ROLLOUT_NODE_RESOURCE: Final = "agentrl_rollout_node"
-#: The environment variable the ``e2b`` sandbox provider reads its API key from, filled from
-#: ``spec.sandbox.e2b.apiKeySecretRef`` in the pods that run episodes (``pods.sandbox_env``).
-E2B_API_KEY_ENV: Final = "E2B_API_KEY"
-#: Port (named ``metrics``) of the trainer container where the driver (rank 0) serves
-#: ``/metrics``: its own and its rollout workers' series (``agentrl.rollout.metrics_export``).
-#: Handed to the container as ``AGENTRL_METRICS_PORT``; next to the engine watchdog's 9400.
-TRAINER_METRICS_PORT: Final = 9401
-
-# ---- ConfigMap keys --------------------------------------------------------------------------
-
-#: The resolved manifest (defaults filled in, uid included) the workloads read.
-CONFIG_JOB_KEY: Final = "job.yaml"
-#: Endpoints and in-effect settings (``configmap.RuntimeConfig``).
-CONFIG_RUNTIME_KEY: Final = "runtime.yaml"
 
 
 class ExtraReason(StrEnum):

@@ -30,20 +30,18 @@ from typing import Any, Final
 
 from agentrl.api import AgentRLJob
 from agentrl.api.engine import EngineServer
-from agentrl.reconcile import names
-from agentrl.reconcile.constants import Component
-from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.engine_flags import (
+from agentrl.api.engine_flags import launch_args, rocm_env, tiny_args
+from agentrl.api.wire import (
     ENGINE_PORT,
     LOG_VOLUME_PATH,
     TINY_COMMAND,
     WATCHDOG_LIVE_PATH,
     WATCHDOG_PORT,
     WATCHDOG_READY_PATH,
-    launch_args,
-    rocm_env,
-    tiny_args,
 )
+from agentrl.reconcile import names
+from agentrl.reconcile.constants import Component
+from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.pods import (

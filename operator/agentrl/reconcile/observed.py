@@ -21,99 +21,22 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
 
-from agentrl.reconcile.constants import (
+from agentrl.api.wire import (
     ANNOTATION_PROGRESS,
-    ANNOTATION_TRAINER_ATTEMPT,
     ANNOTATION_WATCHDOG,
-    LABEL_COMPONENT,
-    Component,
+    TrainerProgress,
+    WatchdogReport,
 )
+from agentrl.reconcile.constants import ANNOTATION_TRAINER_ATTEMPT, LABEL_COMPONENT, Component
 from agentrl.reconcile.nodes import NodesSeen
 from agentrl.reconcile.quotas import ResourceQuotaUsage, quota_from_object
 
 _AnnotationT = TypeVar("_AnnotationT", bound=BaseModel)
 
 
-#: The watchdog state that means its crash-loop guard tripped.
-WATCHDOG_DEGRADED_STATE = "Degraded"
-
-
 class _Snapshot(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Annotation(BaseModel):
-    """JSON written by a workload: camelCase, unknown keys ignored (newer writers)."""
-
-    model_config = ConfigDict(
-        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
-    )
-
-
-class LastFault(_Annotation):
-    """The latest fault a watchdog acted on."""
-
-    signature: str = ""
-    """Fault signature name (``GPU_MEMORY_ACCESS_FAULT``, ``HEALTH_PROBE_FAILED``, ...)."""
-    line: str = ""
-    """The log line that matched, or what the watchdog observed."""
-    time: str | None = None
-    """When it was seen (RFC 3339)."""
-
-
-class WatchdogReport(_Annotation):
-    """``agentrl.dev/watchdog`` on an engine pod: the operator's reading of the JSON that
-    ``agentrl.engine.watchdog_report.WatchdogReport`` writes (re-declared here because the pure
-    layer may not import the engine package, which talks to the API server)."""
-
-    state: str = "Unknown"
-    """``Starting``, ``Ready``, ``Recovering`` or ``Degraded`` (the crash-loop guard tripped)."""
-    ready: bool = False
-    """Whether the watchdog reports the engine ready."""
-    restarts: int = Field(default=0, ge=0)
-    """Engine restarts the watchdog observed."""
-    restarts_in_window: int = Field(default=0, ge=0)
-    """Restarts within the crash-loop window."""
-    faults: int = Field(default=0, ge=0)
-    """Faults it acted on."""
-    last_fault: LastFault | None = None
-    """The latest fault."""
-    weight_version: str | None = None
-    """Weight version the engine serves (its ``/model_info``, read by the watchdog)."""
-
-    @property
-    def crash_loop(self) -> bool:
-        """The crash-loop guard tripped."""
-        return self.state == WATCHDOG_DEGRADED_STATE
-
-
-class TrainerProgress(_Annotation):
-    """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
-
-    step: int = Field(default=0, ge=0)
-    """Last completed step."""
-    last_checkpoint_step: int = Field(default=0, ge=0)
-    """Step of the last checkpoint."""
-    weight_version: str | None = None
-    """Weight version last pushed to the engines."""
-    trajectories_per_hour: float = 0.0
-    """Completed trajectories per hour."""
-    mean_reward: float | None = None
-    """Mean reward of the last step."""
-    pass_at_1: float | None = None
-    """Held-out pass@1 at the last evaluation."""
-    eval_step: int | None = Field(default=None, ge=0)
-    """The step after which the last evaluation started (0: the start); None: none yet."""
-    eval_episodes: int | None = Field(default=None, ge=0)
-    """Attempts the last evaluation counted (infra errors left out)."""
-    eval_infra_errors: int | None = Field(default=None, ge=0)
-    """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
-    infra_error_rate: float = 0.0
-    """Share of episodes ended by infra errors."""
-    truncated_rate: float = 0.0
-    """Share of episodes truncated by a cap."""
 
 
 class ObservedCondition(_Snapshot):
@@ -373,3 +296,9 @@ def observe(
         quotas=tuple(quota_from_object(q) for q in resource_quotas),
         nodes=nodes,
     )
+
+
+def sandboxes_charged(observed: Observed) -> int:
+    """The job's sandbox pods a quota charges now: every live pod not yet Succeeded or
+    Failed."""
+    return sum(p.phase not in ("Succeeded", "Failed") for p in observed.pods_of(Component.SANDBOX))

@@ -28,9 +28,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, AgentRLJobStatus
+from agentrl.api.engine_flags import EngineFlagError
 from agentrl.reconcile.children import ChildRef, TrainerJobPlan, child_ref, desired_children
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.engine_flags import EngineFlagError
 from agentrl.reconcile.observed import Observed
 from agentrl.reconcile.policies import deadline, suspend, ttl
 from agentrl.reconcile.status import (

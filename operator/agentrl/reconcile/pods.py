@@ -12,14 +12,14 @@ from typing import Any
 from agentrl.api import AgentRLJob
 from agentrl.api.engine import Toleration
 from agentrl.api.sandbox import SandboxProvider
-from agentrl.reconcile import names
-from agentrl.reconcile.constants import E2B_API_KEY_ENV
-from agentrl.reconcile.engine_flags import (
+from agentrl.api.wire import (
     CHECKPOINT_MOUNT_PATH,
+    E2B_API_KEY_ENV,
     MODEL_MOUNT_PATH,
     SPEC_FILE,
     SPEC_MOUNT_PATH,
 )
+from agentrl.reconcile import names
 from agentrl.reconcile.pvc import checkpoint_claim_name
 
 CONFIG_VOLUME = "config"
@@ -93,7 +93,7 @@ def model_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str,
     """(volumes, mounts) for ``spec.model.source.pvc``, read-only at /models; empty without.
 
     The one spelling of the model volume in every pod that reads the model: engines (weights),
-    trainer (weights) and rollout workers (tokenizer files only), so ``engine_flags.model_path``
+    trainer (weights) and rollout workers (tokenizer files only), so ``wire.model_path``
     names the same directory in all of them. Without ``source.pvc`` the path is inside the
     images and there is nothing to mount."""
     pvc = job.spec.model.source.pvc

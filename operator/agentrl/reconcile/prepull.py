@@ -49,8 +49,9 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, SandboxProvider
+from agentrl.api.wire import TASK_IMAGES_KEY
 from agentrl.reconcile import names
-from agentrl.reconcile.constants import TASK_IMAGES_KEY, Component
+from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta

@@ -2,9 +2,9 @@
 the quotas of its namespace still admit.
 
 The controller lists the ResourceQuotas of the job's namespace, turns each into a
-:class:`ResourceQuotaUsage` with :func:`quota_from_object` and passes them, with the number of
-the job's sandbox pods the quota already charges (:func:`sandboxes_charged`), to
-``concurrency.effective_concurrency``. That figure goes into the rollout ConfigMap and
+:class:`ResourceQuotaUsage` with :func:`quota_from_object` and passes them, with the number of the
+job's sandbox pods the quota already charges (:func:`agentrl.reconcile.observed.sandboxes_charged`),
+to ``concurrency.effective_concurrency``. That figure goes into the rollout ConfigMap and
 ``status.sandbox``, with ``limitedBy`` naming the quota and the resource that binds
 (``ResourceQuota/team-quota requests.cpu``).
 
@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
-from agentrl.reconcile.constants import Component
-
-if TYPE_CHECKING:  # observed.py holds the quotas it saw, so it imports this module
-    from agentrl.reconcile.observed import Observed
 
 #: Slack when dividing parsed quantities (``"1.5"`` CPUs / ``"500m"`` is 3, not 2.9999…).
 _EPSILON: Final = 1e-9
@@ -167,7 +163,7 @@ def sandbox_room(
 ) -> QuotaRoom | None:
     """The most sandbox pods of ``job`` the quotas admit, and which quota key binds; None when
     no quota limits sandbox pods. ``sandboxes_in_use``: the job's sandbox pods the quotas charge
-    now (:func:`sandboxes_charged`)."""
+    now (:func:`agentrl.reconcile.observed.sandboxes_charged`)."""
     charge = sandbox_charge(job)
     best: QuotaRoom | None = None
     for quota in sorted(quotas, key=lambda q: q.name):
@@ -182,12 +178,6 @@ def sandbox_room(
             if best is None or room < best.sandboxes:
                 best = QuotaRoom(sandboxes=room, limited_by=f"ResourceQuota/{quota.name} {key}")
     return best
-
-
-def sandboxes_charged(observed: Observed) -> int:
-    """The job's sandbox pods a quota charges now: every live pod not yet Succeeded or
-    Failed."""
-    return sum(p.phase not in ("Succeeded", "Failed") for p in observed.pods_of(Component.SANDBOX))
 
 
 def quotas_from_objects(objects: Sequence[Mapping[str, Any]]) -> list[ResourceQuotaUsage]:

@@ -9,7 +9,7 @@ namespace (``rbac.sandbox_provider_rules``).
 
 The model: a worker renders each turn with the model's own tokenizer and chat template, which it
 loads from the ``tokenizer_path`` the engines report (``/get_model_info``), that is the engines'
-``--model-path`` (``engine_flags.model_path``). So the rollout pods mount ``spec.model.source``
+``--model-path`` (``wire.model_path``). So the rollout pods mount ``spec.model.source``
 exactly as the engine pods do, with the same builder (``pods.model_volumes``): with ``source.pvc``
 the claim, read-only (volume and mount), at ``/models``. Only the tokenizer files are read
 (``tokenizer_config.json``, ``tokenizer.json`` or ``tokenizer.model``, the chat template, and
@@ -48,9 +48,10 @@ from typing import Any, Final
 
 from agentrl.api import AgentRLJob
 from agentrl.api.quantities import parse_quantity
+from agentrl.api.wire import RAY_HEAD_PORT, ROLLOUT_NODE_RESOURCE
 from agentrl.reconcile import names
 from agentrl.reconcile.configmap import trainer_master_addr
-from agentrl.reconcile.constants import RAY_HEAD_PORT, ROLLOUT_NODE_RESOURCE, Component
+from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta

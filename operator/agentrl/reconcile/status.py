@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
 from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
+from agentrl.api.wire import TrainerProgress
 from agentrl.reconcile import preflight
 from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
 from agentrl.reconcile.labels import sandbox_selector, selector_string
-from agentrl.reconcile.observed import Observed, ObservedPod, TrainerProgress
+from agentrl.reconcile.observed import Observed, ObservedPod
 from agentrl.reconcile.policies import deadline, placement, trainer_restarts
 from agentrl.reconcile.policies.suspend import WorkloadScale, workload_scale
 

@@ -21,19 +21,21 @@ from __future__ import annotations
 from typing import Any, Final
 
 from agentrl.api import AgentRLJob
+from agentrl.api.wire import (
+    CHECKPOINT_MOUNT_PATH,
+    RAY_HEAD_PORT,
+    TRAINER_MASTER_PORT,
+    TRAINER_METRICS_PORT,
+)
 from agentrl.reconcile import names, prepull
 from agentrl.reconcile.configmap import trainer_master_addr
 from agentrl.reconcile.constants import (
     ANNOTATION_JOB_COMPLETION_INDEX,
     ANNOTATION_TRAINER_ATTEMPT,
-    RAY_HEAD_PORT,
-    TRAINER_MASTER_PORT,
-    TRAINER_METRICS_PORT,
     Component,
 )
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.engine import gpu_node_placement
-from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH
 from agentrl.reconcile.labels import own_labels, selector
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.pods import (

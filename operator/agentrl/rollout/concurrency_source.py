@@ -3,9 +3,9 @@
 The operator writes the sandbox concurrency *in effect* (``spec.sandbox.concurrency`` after
 suspension, quotas and provider limits) into the job's ConfigMap ``NAME-config``, key
 ``runtime.yaml``, fields ``sandbox.concurrency`` and ``rollout.workers``
-(:mod:`agentrl.reconcile.configmap`). ``kubectl scale arj/NAME``, an HPA or the autoscaler change
-that ConfigMap and nothing else, so no pod restarts; the rollout tier must follow it. Two
-sources read it:
+(:class:`agentrl.api.wire.RuntimeConfig`). ``kubectl scale arj/NAME``, an HPA or the
+autoscaler change that ConfigMap and nothing else, so no pod restarts; the rollout tier must
+follow it. Two sources read it:
 
 * :class:`RuntimeFileSource` polls the ConfigMap as mounted in the rollout and trainer pods
   (``/etc/agentrl/runtime.yaml``; the kubelet swaps the files atomically, within its sync period
@@ -36,12 +36,10 @@ from typing import Any, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrl.api.wire import CONFIG_RUNTIME_KEY, RUNTIME_FILE, RuntimeConfig
+
 logger = logging.getLogger(__name__)
 
-#: The key of the ConfigMap that carries the in-effect figures (reconcile.constants).
-RUNTIME_KEY = "runtime.yaml"
-#: Where the operator mounts the ConfigMap in its workloads (reconcile.engine_flags).
-MOUNTED_RUNTIME_FILE = "/etc/agentrl/runtime.yaml"
 #: Seconds between two reads of the mounted file: a stat and a small read, cheap enough that the
 #: kubelet's own refresh (up to about a minute) stays the only noticeable delay.
 FILE_POLL_SECONDS = 2.0
@@ -74,14 +72,13 @@ class ConcurrencySource(Protocol):
 
 
 def parse_runtime(text: str) -> InEffect:
-    """The in-effect figures of a ``runtime.yaml``; ValueError when it holds none."""
+    """The in-effect figures of a ``runtime.yaml`` (:class:`~agentrl.api.wire.RuntimeConfig`,
+    what the operator writes); ValueError when it is not one."""
     try:
-        data = yaml.safe_load(text)
-        sandbox = data["sandbox"]
-        rollout = data.get("rollout") or {}
-        return InEffect(concurrency=sandbox["concurrency"], workers=rollout.get("workers", 1))
-    except (yaml.YAMLError, TypeError, KeyError, AttributeError, ValidationError) as exc:
-        raise ValueError(f"no sandbox.concurrency in runtime.yaml: {exc}") from exc
+        runtime = RuntimeConfig.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"runtime.yaml is not the operator's runtime config: {exc}") from exc
+    return InEffect(concurrency=runtime.sandbox.concurrency, workers=runtime.rollout.workers)
 
 
 def split_concurrency(total: int, workers: int, index: int) -> int:
@@ -97,7 +94,7 @@ class RuntimeFileSource:
     """Polls the mounted ``runtime.yaml``."""
 
     def __init__(
-        self, path: str | Path = MOUNTED_RUNTIME_FILE, *, poll_seconds: float = FILE_POLL_SECONDS
+        self, path: str | Path = RUNTIME_FILE, *, poll_seconds: float = FILE_POLL_SECONDS
     ) -> None:
         self.path = Path(path)
         self.poll_seconds = poll_seconds
@@ -163,7 +160,7 @@ class ConfigMapSource:
         try:
             async with asyncio.timeout(CURRENT_READ_SECONDS):
                 config_map = await client.get(ConfigMap, self.name, namespace=self.namespace)
-            text = (config_map.data or {}).get(RUNTIME_KEY)
+            text = (config_map.data or {}).get(CONFIG_RUNTIME_KEY)
             return None if text is None else parse_runtime(text)
         except Exception as exc:  # absent, forbidden, unreachable, torn: the spec's share
             logger.warning("cannot read ConfigMap %s/%s: %s", self.namespace, self.name, exc)
@@ -187,7 +184,7 @@ class ConfigMapSource:
                         delay = WATCH_RETRY_SECONDS
                         if kind == "DELETED":
                             continue  # the job is going; its pods go with it
-                        text = (config_map.data or {}).get(RUNTIME_KEY)
+                        text = (config_map.data or {}).get(CONFIG_RUNTIME_KEY)
                         if text is None:
                             continue
                         try:
@@ -233,7 +230,7 @@ async def follow(
 
 def source_for_worker(
     *,
-    runtime_file: str | Path = MOUNTED_RUNTIME_FILE,
+    runtime_file: str | Path = RUNTIME_FILE,
     namespace: str | None = None,
     config_map: str | None = None,
     kubeconfig: str | None = None,

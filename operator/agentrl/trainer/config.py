@@ -8,9 +8,8 @@ rank processes) as JSON; everything that builds a part of the run from them sits
 module (:mod:`agentrl.trainer.factories`, :mod:`agentrl.trainer.assembly`,
 :mod:`agentrl.trainer.pod`).
 
-The imports from :mod:`agentrl.reconcile` that the trainer needs are made here only
-(:data:`DEFAULT_RAY_PORT` and ``model_path`` are handed on to :mod:`agentrl.trainer.pod` and
-:mod:`agentrl.trainer.factories`).
+What the operator hands over (paths, ports, ``runtime.yaml``'s model) comes from
+:mod:`agentrl.api.wire`, as on every other side of that contract.
 
 Callers: :mod:`agentrl.trainer.cli`, :mod:`agentrl.trainer.factories`,
 :mod:`agentrl.trainer.pod`, :mod:`agentrl.trainer.ranks` (inside the rank actor), tests.
@@ -25,9 +24,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api import AgentRLJob
-from agentrl.reconcile.configmap import RuntimeConfig
-from agentrl.reconcile.constants import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
-from agentrl.reconcile.engine_flags import CHECKPOINT_MOUNT_PATH, SPEC_FILE, model_path
+from agentrl.api.wire import (
+    CHECKPOINT_MOUNT_PATH,
+    CONFIG_RUNTIME_KEY,
+    SPEC_FILE,
+    RuntimeConfig,
+)
 
 #: The broadcast group of ``weightSync.mode: distributed`` listens on ``MASTER_PORT`` + this
 #: (``MASTER_PORT`` itself is the trainer ranks' own rendezvous).
@@ -38,20 +40,6 @@ CHECKPOINT_SUBDIR = "trainer"
 #: Default of ``--placement-timeout``: the trainer pods pull the same large ROCm image and start
 #: in the same window as the engines, whose ``startupTimeoutSeconds`` defaults to this too.
 DEFAULT_PLACEMENT_TIMEOUT_S = 1800.0
-#: The port of the Ray head pod 0 starts (the one the rollout worker pods join).
-DEFAULT_RAY_PORT = RAY_HEAD_PORT
-
-__all__ = [
-    "CHECKPOINT_SUBDIR",
-    "DEFAULT_PLACEMENT_TIMEOUT_S",
-    "DEFAULT_RAY_PORT",
-    "WEIGHT_GROUP_PORT_OFFSET",
-    "TrainerConfig",
-    "TrainerEnv",
-    "load_config",
-    "model_path",
-    "runtime_file",
-]
 
 
 class TrainerEnv(BaseModel):

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentrl.api.trainer import TrainerBackend, WeightSyncMode
-from agentrl.trainer.config import WEIGHT_GROUP_PORT_OFFSET, TrainerConfig, model_path
+from agentrl.api.wire import model_path
+from agentrl.trainer.config import WEIGHT_GROUP_PORT_OFFSET, TrainerConfig
 
 
 def build_backend(config: TrainerConfig) -> Any:

@@ -19,7 +19,7 @@ What one pod of the Indexed Job ``NAME-trainer`` does:
    through :class:`~agentrl.trainer.ranks.RemoteBackend`, with the weight sync of
    ``spec.trainer.weightSync.mode`` in rank 0; without Ray in rank 0's process. The other ranks
    follow rank 0 (:meth:`MegatronBackend.follow`).
-4. After every step, the driver writes :class:`~agentrl.reconcile.observed.TrainerProgress` on
+4. After every step, the driver writes :class:`~agentrl.api.wire.TrainerProgress` on
    pod 0 as the ``agentrl.dev/progress`` annotation (:mod:`agentrl.trainer.progress`), and
    every weight push records ``current-weights.json`` on the checkpoint volume for the engines'
    watchdogs (:mod:`agentrl.engine.weight_pointer`).
@@ -64,6 +64,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentrl.api.wire import RAY_HEAD_PORT
 from agentrl.ray_cluster.node import (
     agree_on_ray_auth,
     join_head,
@@ -83,7 +84,6 @@ from agentrl.trainer.assembly import (
 )
 from agentrl.trainer.config import (
     CHECKPOINT_SUBDIR,
-    DEFAULT_RAY_PORT,
     TrainerConfig,
     TrainerEnv,
     runtime_file,
@@ -461,7 +461,7 @@ def join_ray(
     config: TrainerConfig,
     *,
     timeout_s: float,
-    port: int = DEFAULT_RAY_PORT,
+    port: int = RAY_HEAD_PORT,
     temp_dir: str | None = None,
 ) -> int:
     """Pods other than 0: be a Ray node of the head on pod 0 (``MASTER_ADDR``), offering this
@@ -483,7 +483,7 @@ def run_with_ray(
     config: TrainerConfig,
     *,
     timeout_s: float,
-    port: int = DEFAULT_RAY_PORT,
+    port: int = RAY_HEAD_PORT,
     temp_dir: str | None = None,
 ) -> int:
     """The trainer under Ray: pod 0 starts the head and places the job (the driver and every

@@ -1,5 +1,5 @@
 """The trainer's progress on its own pod: ``agentrl.dev/progress``, the annotation the operator
-reads into the job's status (:class:`agentrl.reconcile.observed.TrainerProgress`, camelCase JSON).
+reads into the job's status (:class:`agentrl.api.wire.TrainerProgress`, camelCase JSON).
 
 :class:`ProgressTracker` turns each step's :class:`~agentrl.trainer.loop.StepRecord` and the
 driver's running counters into a :class:`TrainerProgress` and hands it to a
@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrl.reconcile.constants import ANNOTATION_PROGRESS
-from agentrl.reconcile.observed import TrainerProgress
+from agentrl.api.wire import ANNOTATION_PROGRESS, TrainerProgress
 from agentrl.trainer.checkpoint import DriverState
 from agentrl.trainer.loop import StepRecord
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrl.reconcile.constants import TASK_IMAGES_KEY
+from agentrl.api.wire import TASK_IMAGES_KEY
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from agentrl.api import AgentRLJob
 from agentrl.reconcile.concurrency import effective_concurrency
 from agentrl.reconcile.constants import Component
-from agentrl.reconcile.observed import Observed
-from agentrl.reconcile.quotas import sandboxes_charged
+from agentrl.reconcile.observed import Observed, sandboxes_charged
 
 
 class WorkloadScale(BaseModel):

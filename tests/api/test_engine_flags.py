@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.reconcile import engine_flags
-from agentrl.reconcile.engine_flags import EngineFlagError, launch_args, rocm_env
+from agentrl.api import engine_flags
+from agentrl.api.engine_flags import EngineFlagError, launch_args, rocm_env
 from tests.engine.factories import make_job
 
 

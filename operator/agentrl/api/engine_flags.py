@@ -29,46 +29,15 @@ from typing import Final
 
 from agentrl.api import AgentRLJob
 from agentrl.api.engine import FORBIDDEN_EXTRA_ARGS, MANAGED_FLAGS
-
-# ---- ports and paths shared by the engine pod, the launcher and the watchdog ----------------
-
-#: Port SGLang listens on inside the engine pod (SGLang's own default).
-ENGINE_PORT: Final = 30000
-#: Port of the watchdog sidecar: ``/readyz`` (the engine pod's readiness probe), ``/healthz``,
-#: ``/metrics`` and ``/state``.
-WATCHDOG_PORT: Final = 9400
-#: Readiness path of the watchdog; the engine container's readinessProbe points here.
-WATCHDOG_READY_PATH: Final = "/readyz"
-#: Liveness path of the watchdog process itself.
-WATCHDOG_LIVE_PATH: Final = "/healthz"
-#: Annotation the watchdog writes on its own pod: a JSON report whose ``state`` is
-#: ``Starting``, ``Ready``, ``Recovering`` or ``Degraded``; the operator lifts ``Degraded`` into
-#: the job's Degraded condition (reason ``WatchdogCrashLoop``).
-WATCHDOG_ANNOTATION: Final = "agentrl.dev/watchdog"
-#: Mount path of the emptyDir shared by the engine and the watchdog. It outlives container
-#: restarts, so the lines an engine printed as it crashed are still there for the watchdog.
-LOG_VOLUME_PATH: Final = "/var/log/agentrl"
-#: The engine log inside :data:`LOG_VOLUME_PATH`, written by ``agentrl engine launch``.
-ENGINE_LOG_FILE: Final = f"{LOG_VOLUME_PATH}/engine.log"
-#: SGLang's ``--crash-dump-folder`` (the last minutes of requests before a crash), kept on the
-#: log volume so it survives the restart.
-CRASH_DUMP_PATH: Final = f"{LOG_VOLUME_PATH}/crash"
-#: Where the operator mounts the job's ConfigMap; the launcher reads the resolved spec here.
-SPEC_MOUNT_PATH: Final = "/etc/agentrl"
-#: The resolved spec file in that ConfigMap.
-SPEC_FILE: Final = f"{SPEC_MOUNT_PATH}/job.yaml"
-#: Environment variable the operator sets to :data:`SPEC_FILE` in every workload.
-SPEC_ENV: Final = "AGENTRL_CONFIG"
-#: Where a ``spec.model.source.pvc`` is mounted (read-only).
-MODEL_MOUNT_PATH: Final = "/models"
-#: Where the checkpoint volume is mounted in engine pods (``/update_weights_from_disk`` reads
-#: the trainer's exported weights from it).
-CHECKPOINT_MOUNT_PATH: Final = "/checkpoints"
-#: The trainer's record of the weights engines should serve (see
-#: ``agentrl.engine.weight_pointer``); the watchdog re-pushes them after a restart.
-CURRENT_WEIGHTS_FILE: Final = f"{CHECKPOINT_MOUNT_PATH}/current-weights.json"
-#: ``PROMETHEUS_MULTIPROC_DIR``: SGLang's ``/metrics`` needs a writable directory.
-PROMETHEUS_DIR: Final = "/tmp/prometheus"
+from agentrl.api.wire import (
+    CRASH_DUMP_PATH,
+    ENGINE_LOG_FILE,
+    ENGINE_PORT,
+    INITIAL_WEIGHT_VERSION,
+    PROMETHEUS_DIR,
+    SGLANG_MODULE,
+    model_path,
+)
 
 #: SGLang's ``--watchdog-timeout``: a forward batch slower than this crashes the engine, which
 #: the watchdog then sees as a fault. SGLang's default, stated so ``agentrl render`` shows it.
@@ -76,19 +45,6 @@ SGLANG_WATCHDOG_TIMEOUT_SECONDS: Final = 300
 #: ``SGLANG_HEALTH_CHECK_TIMEOUT``: how long ``/health_generate`` waits for one token before
 #: answering 503 (SGLang's default).
 SGLANG_HEALTH_CHECK_TIMEOUT_SECONDS: Final = 20
-
-#: The weight version engines start with; the trainer's first push is version 1.
-INITIAL_WEIGHT_VERSION: Final = "0"
-
-#: The module the engine container runs.
-SGLANG_MODULE: Final = "sglang.launch_server"
-
-#: The SGLang release this flag schema, the engine client and the tiny engine are checked
-#: against (``tests/contracts/test_sglang_*.py`` run SGLang's own parser, routes, request
-#: structures and metrics of this release). It is the release of the engine image's base,
-#: ``SGLANG_BASE`` in ``images/sglang-engine/Dockerfile``; a test holds the two equal. To bump
-#: it, see ``docs/engine.md`` ("Bumping the SGLang release").
-SGLANG_VERSION: Final = "0.5.15.post1"
 
 # ---- ROCm environment ------------------------------------------------------------------------
 
@@ -254,14 +210,6 @@ def check_extra_args(extra_args: list[str]) -> None:
             )
 
 
-def model_path(job: AgentRLJob) -> str:
-    """The model directory as the engine pod sees it (inside the PVC mount when one is set)."""
-    source = job.spec.model.source
-    if source.pvc is None:
-        return source.path
-    return f"{MODEL_MOUNT_PATH}/{source.path.lstrip('/')}".rstrip("/")
-
-
 def is_amd(job: AgentRLJob) -> bool:
     """Whether the engines run on AMD GPUs (``amd.com/...`` resources): ROCm env and AITER."""
     return job.spec.inference.gpu_resource.startswith("amd.com/")
@@ -269,7 +217,7 @@ def is_amd(job: AgentRLJob) -> bool:
 
 #: Where the flags :func:`launch_args` sets without a spec field come from (named when one of
 #: them is refused by SGLang's parser at launch).
-OPERATOR_SOURCE: Final = "the operator's fixed engine flags (agentrl.reconcile.engine_flags)"
+OPERATOR_SOURCE: Final = "the operator's fixed engine flags (agentrl.api.engine_flags)"
 
 
 def launch_args_with_sources(job: AgentRLJob, port: int = ENGINE_PORT) -> list[tuple[str, str]]:
@@ -333,10 +281,6 @@ def launch_args_with_sources(job: AgentRLJob, port: int = ENGINE_PORT) -> list[t
     return out
 
 
-#: The container command of a ``server: tiny`` engine (a verb of the agentrl CLI in the engine
-#: image); the watchdog finds that process by :data:`TINY_CMDLINE`.
-TINY_COMMAND: Final = ("agentrl", "engine", "serve-tiny")
-TINY_CMDLINE: Final = TINY_COMMAND[-1]
 
 
 def tiny_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:

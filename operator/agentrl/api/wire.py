@@ -1,0 +1,311 @@
+"""The contract between the operator and its workloads, in one place: everything the operator
+hands to the pods it creates and everything it reads back from them.
+
+* **The ConfigMap** ``NAME-config``, mounted at :data:`SPEC_MOUNT_PATH` in every workload:
+  ``job.yaml`` (the resolved manifest) and ``runtime.yaml`` (:class:`RuntimeConfig`: endpoints and
+  the settings in effect, the sandbox concurrency among them), and the ``NAME-task-images``
+  ConfigMap the trainer writes (:data:`TASK_IMAGES_KEY`).
+* **Annotations** the workloads write on their own pods and the operator lifts into the status:
+  the engine watchdog's :class:`WatchdogReport` (:data:`ANNOTATION_WATCHDOG`) and the trainer
+  driver's :class:`TrainerProgress` (:data:`ANNOTATION_PROGRESS`). One model each, used by the
+  writer and the reader: the reader ignores unknown keys (a newer writer) and a malformed value.
+* **Ports, paths, file names, environment variables and Ray resources** both sides must agree on.
+
+The operator's builders (:mod:`agentrl.reconcile`) and the workloads (:mod:`agentrl.engine`,
+:mod:`agentrl.rollout`, :mod:`agentrl.trainer`, ...) import these names from here; the workloads
+never import :mod:`agentrl.reconcile` for them (import-linter contracts). The wire format is what
+a running operator and running pods of another release exchange: rename a key here only with a
+migration. Keys and label keys the operator alone uses stay in ``agentrl.reconcile.constants``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from agentrl.api.job import AgentRLJob
+
+# ---- the engine pod: ports and paths shared by its builder, the launcher and the watchdog ----
+
+#: Port SGLang listens on inside the engine pod (SGLang's own default).
+ENGINE_PORT: Final = 30000
+#: Port of the watchdog sidecar: ``/readyz`` (the engine pod's readiness probe), ``/healthz``,
+#: ``/metrics`` and ``/state``.
+WATCHDOG_PORT: Final = 9400
+#: Readiness path of the watchdog; the engine container's readinessProbe points here.
+WATCHDOG_READY_PATH: Final = "/readyz"
+#: Liveness path of the watchdog process itself.
+WATCHDOG_LIVE_PATH: Final = "/healthz"
+#: Annotation the watchdog writes on its own pod: a JSON report whose ``state`` is
+#: ``Starting``, ``Ready``, ``Recovering`` or ``Degraded``; the operator lifts ``Degraded`` into
+#: the job's Degraded condition (reason ``WatchdogCrashLoop``).
+ANNOTATION_WATCHDOG: Final = "agentrl.dev/watchdog"
+#: Mount path of the emptyDir shared by the engine and the watchdog. It outlives container
+#: restarts, so the lines an engine printed as it crashed are still there for the watchdog.
+LOG_VOLUME_PATH: Final = "/var/log/agentrl"
+#: The engine log inside :data:`LOG_VOLUME_PATH`, written by ``agentrl engine launch``.
+ENGINE_LOG_FILE: Final = f"{LOG_VOLUME_PATH}/engine.log"
+#: SGLang's ``--crash-dump-folder`` (the last minutes of requests before a crash), kept on the
+#: log volume so it survives the restart.
+CRASH_DUMP_PATH: Final = f"{LOG_VOLUME_PATH}/crash"
+#: Where the operator mounts the job's ConfigMap; the launcher reads the resolved spec here.
+SPEC_MOUNT_PATH: Final = "/etc/agentrl"
+#: The resolved spec file in that ConfigMap.
+SPEC_FILE: Final = f"{SPEC_MOUNT_PATH}/job.yaml"
+#: Environment variable the operator sets to :data:`SPEC_FILE` in every workload.
+SPEC_ENV: Final = "AGENTRL_CONFIG"
+#: Where a ``spec.model.source.pvc`` is mounted (read-only).
+MODEL_MOUNT_PATH: Final = "/models"
+#: Where the checkpoint volume is mounted in engine pods (``/update_weights_from_disk`` reads
+#: the trainer's exported weights from it).
+CHECKPOINT_MOUNT_PATH: Final = "/checkpoints"
+#: The trainer's record of the weights engines should serve (see
+#: ``agentrl.engine.weight_pointer``); the watchdog re-pushes them after a restart.
+CURRENT_WEIGHTS_FILE: Final = f"{CHECKPOINT_MOUNT_PATH}/current-weights.json"
+#: ``PROMETHEUS_MULTIPROC_DIR``: SGLang's ``/metrics`` needs a writable directory.
+PROMETHEUS_DIR: Final = "/tmp/prometheus"
+
+#: The weight version engines start with; the trainer's first push is version 1.
+INITIAL_WEIGHT_VERSION: Final = "0"
+
+#: The module the engine container runs.
+SGLANG_MODULE: Final = "sglang.launch_server"
+
+#: The SGLang release this flag schema, the engine client and the tiny engine are checked
+#: against (``tests/contracts/test_sglang_*.py`` run SGLang's own parser, routes, request
+#: structures and metrics of this release). It is the release of the engine image's base,
+#: ``SGLANG_BASE`` in ``images/sglang-engine/Dockerfile``; a test holds the two equal. To bump
+#: it, see ``docs/engine.md`` ("Bumping the SGLang release").
+SGLANG_VERSION: Final = "0.5.15.post1"
+
+#: The container command of a ``server: tiny`` engine (a verb of the agentrl CLI in the engine
+#: image); the watchdog finds that process by :data:`TINY_CMDLINE`.
+TINY_COMMAND: Final = ("agentrl", "engine", "serve-tiny")
+TINY_CMDLINE: Final = TINY_COMMAND[-1]
+
+
+def model_path(job: AgentRLJob) -> str:
+    """The model directory as the engine pod sees it (inside the PVC mount when one is set)."""
+    source = job.spec.model.source
+    if source.pvc is None:
+        return source.path
+    return f"{MODEL_MOUNT_PATH}/{source.path.lstrip('/')}".rstrip("/")
+
+
+# ---- the trainer and the rollout tier ----------------------------------------------------
+
+#: torch.distributed / Megatron rendezvous port on trainer rank 0 (``MASTER_PORT``).
+TRAINER_MASTER_PORT: Final = 29500
+#: Ray head port on trainer rank 0; rollout workers join it.
+RAY_HEAD_PORT: Final = 6379
+#: Ray custom resource only the rollout worker pods offer (one unit per CPU they offer); each
+#: rollout worker's bundle takes one, so no worker lands on a trainer node, which has neither
+#: the rollout ServiceAccount's sandbox rights nor CPU reserved for episodes.
+ROLLOUT_NODE_RESOURCE: Final = "agentrl_rollout_node"
+#: Port (named ``metrics``) of the trainer container where the driver (rank 0) serves
+#: ``/metrics``: its own and its rollout workers' series (``agentrl.rollout.metrics_export``).
+#: Handed to the container as ``AGENTRL_METRICS_PORT``; next to the engine watchdog's 9400.
+TRAINER_METRICS_PORT: Final = 9401
+#: The environment variable the ``e2b`` sandbox provider reads its API key from, filled from
+#: ``spec.sandbox.e2b.apiKeySecretRef`` in the pods that run episodes (``pods.sandbox_env``).
+E2B_API_KEY_ENV: Final = "E2B_API_KEY"
+
+# ---- ConfigMap keys -----------------------------------------------------------------------
+
+#: The resolved manifest (defaults filled in, uid included) the workloads read.
+CONFIG_JOB_KEY: Final = "job.yaml"
+#: Endpoints and in-effect settings (:class:`RuntimeConfig`).
+CONFIG_RUNTIME_KEY: Final = "runtime.yaml"
+#: The mounted ``runtime.yaml``: what the rollout tier follows (the kubelet refreshes it).
+RUNTIME_FILE: Final = f"{SPEC_MOUNT_PATH}/{CONFIG_RUNTIME_KEY}"
+#: Data key of the ``NAME-task-images`` ConfigMap: the dataset's task images, one per line, in
+#: the order the trainer draws their tasks. The trainer's driver writes it after loading the
+#: dataset (a volume the operator cannot read); the operator pre-pulls what it lists.
+TASK_IMAGES_KEY: Final = "images"
+
+# ---- annotations the workloads write -------------------------------------------------------
+
+#: JSON the trainer's driver (rank 0) writes on its own pod (:class:`TrainerProgress`):
+#: step, checkpoint step, weight version and rollout figures, lifted into ``status``.
+ANNOTATION_PROGRESS: Final = "agentrl.dev/progress"
+
+
+# ---- runtime.yaml ----------------------------------------------------------------------------
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class EngineEndpoints(_Config):
+    """Where the engines answer."""
+
+    service: str
+    """The headless Service governing the StatefulSet."""
+    port: int
+    """SGLang's port."""
+    urls: list[str]
+    """One base URL per engine pod (stable DNS names), in ordinal order."""
+
+
+class TrainerEndpoints(_Config):
+    """Trainer rendezvous."""
+
+    master_addr: str
+    """Rank 0's stable DNS name (``MASTER_ADDR``)."""
+    master_port: int
+    """torch.distributed rendezvous port (``MASTER_PORT``)."""
+    ray_head_address: str
+    """``host:port`` of the Ray head on rank 0; rollout workers join it."""
+    nodes: int
+    """Trainer pods."""
+
+
+class SandboxRuntime(_Config):
+    """The sandbox pool as the rollout tier must run it."""
+
+    provider: str
+    """``kubernetes``, ``e2b`` or ``local``."""
+    concurrency: int = Field(ge=0)
+    """Sandboxes (episodes) in flight at once, in effect now."""
+    desired: int
+    """``spec.sandbox.concurrency``."""
+    limited_by: str | None
+    """What holds ``concurrency`` below ``desired``."""
+    selector: str
+    """Label selector of the job's sandbox pods."""
+    pod_name_prefix: str
+    """Sandbox pods are named this plus random characters."""
+    network_policy: str
+    """The NetworkPolicy that confines sandbox pods."""
+
+
+class RolloutRuntime(_Config):
+    """The rollout workers."""
+
+    workers: int = Field(ge=0)
+    """Rollout worker pods in effect: each runs its share of ``sandbox.concurrency``
+    (``rollout.concurrency_source.split_concurrency``)."""
+
+
+class RuntimeConfig(_Config):
+    """``runtime.yaml``: endpoints and in-effect settings."""
+
+    job: str
+    namespace: str
+    uid: str
+    suspended: bool
+    engines: EngineEndpoints
+    trainer: TrainerEndpoints
+    sandbox: SandboxRuntime
+    rollout: RolloutRuntime
+    checkpoint_dir: str
+    """Where the checkpoint volume is mounted."""
+
+
+# ---- annotation payloads ---------------------------------------------------------------------
+
+
+class _Annotation(BaseModel):
+    """JSON a workload writes on its pod: camelCase; the reader ignores unknown keys (a newer
+    writer) and fills what an older writer left out with the defaults."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+    )
+
+    def to_annotation(self) -> str:
+        """The annotation value."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+class WatchdogState(StrEnum):
+    """The watchdog's state; ``Degraded`` wins over the others while the guard is tripped."""
+
+    STARTING = "Starting"
+    """The engine is loading; readiness is down until it is healthy and has current weights."""
+    READY = "Ready"
+    """The engine is healthy and serves the current weights."""
+    RECOVERING = "Recovering"
+    """A fault was seen: the engine is being restarted; readiness is down."""
+    DEGRADED = "Degraded"
+    """More than ``maxRestarts`` restarts within the window: the crash-loop guard tripped.
+    Recovery goes on, with graphs on; the operator sets the job's Degraded condition."""
+
+
+class LastFault(_Annotation):
+    """The latest fault a watchdog acted on."""
+
+    signature: str = ""
+    """Fault signature name (``GPU_MEMORY_ACCESS_FAULT``, ``HEALTH_PROBE_FAILED``, ...)."""
+    line: str = ""
+    """The log line that matched, or what the watchdog observed."""
+    time: str | None = None
+    """When it was seen (RFC 3339)."""
+
+
+class WatchdogReport(_Annotation):
+    """:data:`ANNOTATION_WATCHDOG` on an engine pod: written by the watchdog
+    (:mod:`agentrl.engine.watchdog_report`), lifted by the operator into ``status.engines`` and
+    the Degraded condition (:mod:`agentrl.reconcile.observed`)."""
+
+    state: str = "Unknown"
+    """A :class:`WatchdogState` (``Starting``, ``Ready``, ``Recovering``, ``Degraded``);
+    ``Unknown`` when not said."""
+    ready: bool = False
+    """Whether the watchdog reports the engine ready."""
+    restarts: int = Field(default=0, ge=0)
+    """Engine restarts observed since the watchdog started."""
+    restarts_in_window: int = Field(default=0, ge=0)
+    """Restarts within the crash-loop window."""
+    max_restarts: int | None = Field(default=None, ge=0)
+    """The guard's limit (``spec.inference.watchdog.maxRestarts``)."""
+    window_seconds: int | None = Field(default=None, ge=0)
+    """The guard's window (``spec.inference.watchdog.restartWindowSeconds``)."""
+    faults: int = Field(default=0, ge=0)
+    """Faults acted on since the watchdog started."""
+    last_fault: LastFault | None = None
+    """The latest fault."""
+    last_recovery_seconds: float | None = None
+    """How long the latest recovery took, fault to ready (seconds)."""
+    weight_version: str | None = None
+    """Weight version the engine serves, read from its ``/model_info`` (whoever pushed it)."""
+    updated_at: str | None = None
+    """When this report was written (RFC 3339)."""
+
+    @property
+    def crash_loop(self) -> bool:
+        """The crash-loop guard tripped."""
+        return self.state == WatchdogState.DEGRADED
+
+
+class TrainerProgress(_Annotation):
+    """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
+
+    step: int = Field(default=0, ge=0)
+    """Last completed step."""
+    last_checkpoint_step: int = Field(default=0, ge=0)
+    """Step of the last checkpoint."""
+    weight_version: str | None = None
+    """Weight version last pushed to the engines."""
+    trajectories_per_hour: float = 0.0
+    """Completed trajectories per hour."""
+    mean_reward: float | None = None
+    """Mean reward of the last step."""
+    pass_at_1: float | None = None
+    """Held-out pass@1 at the last evaluation."""
+    eval_step: int | None = Field(default=None, ge=0)
+    """The step after which the last evaluation started (0: the start); None: none yet."""
+    eval_episodes: int | None = Field(default=None, ge=0)
+    """Attempts the last evaluation counted (infra errors left out)."""
+    eval_infra_errors: int | None = Field(default=None, ge=0)
+    """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
+    infra_error_rate: float = 0.0
+    """Share of episodes ended by infra errors."""
+    truncated_rate: float = 0.0
+    """Share of episodes truncated by a cap."""
