@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from agentrl.api import engine_flags
+from agentrl.api import AgentRLJob, engine_flags
 from agentrl.api.engine_flags import EngineFlagError, launch_args, rocm_env
-from tests.engine.factories import make_job
+from tests.factories import make_job as _make_job
+
+#: The engine tests' base job: a served model on a PVC path; each test sets ``spec.inference``.
+SWE = _make_job("swe").with_served_model("/models/qwen3-30b-a3b", "policy")
+
+
+def _engine_job(**inference: Any) -> AgentRLJob:
+    return SWE.copy().with_inference(**inference).obj()
 
 
 def test_default_job_gives_exactly_the_reference_flag_set() -> None:
@@ -33,11 +42,11 @@ def test_default_job_gives_exactly_the_reference_flag_set() -> None:
         "--trust-remote-code",
         "--attention-backend", "aiter",
     ]  # fmt: skip
-    assert launch_args(make_job()) == expected
+    assert launch_args(_engine_job()) == expected
 
 
 def test_typed_fields_map_to_their_flags() -> None:
-    job = make_job(
+    job = _engine_job(
         gpusPerEngine=2,
         contextLength=32768,
         maxRunningRequests=256,
@@ -62,12 +71,12 @@ def test_typed_fields_map_to_their_flags() -> None:
 
 
 def test_bfloat16_kv_cache_is_spelled_the_way_sglang_accepts_it() -> None:
-    args = launch_args(make_job(kvCacheDtype="bfloat16"))
+    args = launch_args(_engine_job(kvCacheDtype="bfloat16"))
     assert args[args.index("--kv-cache-dtype") + 1] == "bf16"
 
 
 def test_a_model_on_a_pvc_is_read_under_the_models_mount() -> None:
-    job = make_job()
+    job = _engine_job()
     job.spec.model.source.pvc = "weights"
     job.spec.model.source.path = "qwen3/instruct"
     args = launch_args(job)
@@ -76,12 +85,12 @@ def test_a_model_on_a_pvc_is_read_under_the_models_mount() -> None:
 
 def test_extra_args_are_appended_verbatim_after_the_typed_flags() -> None:
     extra = ["--schedule-policy", "lpm", "--disable-custom-all-reduce", "--log-requests"]
-    args = launch_args(make_job(extraArgs=extra))
+    args = launch_args(_engine_job(extraArgs=extra))
     assert args[-4:] == extra
 
 
 def test_nvidia_engines_get_neither_aiter_nor_the_rocm_environment() -> None:
-    job = make_job(gpuResource="nvidia.com/gpu")
+    job = _engine_job(gpuResource="nvidia.com/gpu")
     assert "--attention-backend" not in launch_args(job)
     env = rocm_env(job)
     assert "SGLANG_USE_AITER" not in env
@@ -100,7 +109,7 @@ def test_nvidia_engines_get_neither_aiter_nor_the_rocm_environment() -> None:
     ],
 )
 def test_no_spec_ever_produces_a_graph_disabling_flag(inference: dict[str, object]) -> None:
-    args = launch_args(make_job(**inference))
+    args = launch_args(_engine_job(**inference))
     assert not [a for a in args if a.startswith("--disable-cuda-graph")]
     assert "--cuda-graph-max-bs-decode" in args
 
@@ -123,7 +132,7 @@ def test_no_spec_ever_produces_a_graph_disabling_flag(inference: dict[str, objec
 def test_refused_extra_args_name_the_field_and_the_way_out(
     extra: list[str], index: int, says: str
 ) -> None:
-    job = make_job()
+    job = _engine_job()
     # Set after validation: the launcher must refuse even a spec that got past the CEL rule.
     job.spec.inference.extra_args = extra
     with pytest.raises(EngineFlagError) as caught:
@@ -141,7 +150,7 @@ def test_engine_arguments_with_a_graph_flag_are_refused_wherever_they_come_from(
 
 
 def test_rocm_environment_carries_the_reference_settings_and_network_pinning() -> None:
-    job = make_job()
+    job = _engine_job()
     job.spec.trainer.network.nccl_socket_ifname = "eth1"
     job.spec.trainer.network.ib_hca = "ionic_0,ionic_1"
     env = rocm_env(job)
@@ -159,7 +168,7 @@ def test_rocm_environment_carries_the_reference_settings_and_network_pinning() -
 
 
 def test_launch_command_runs_the_sglang_module_with_the_same_arguments() -> None:
-    job = make_job()
+    job = _engine_job()
     assert engine_flags.launch_command(job) == [
         "python3",
         "-m",

@@ -5,8 +5,7 @@ itself, the server-side-apply field manager, and the condition reasons that
 Read by every builder in ``agentrl.reconcile`` and by the controller (which applies under
 :data:`FIELD_MANAGER`). What the operator hands to its workloads and reads back from them
 (ConfigMap keys, annotation keys and payloads, ports, mount paths, Ray resources) is the wire
-contract, :mod:`agentrl.api.wire`; the few of those names re-exported below are kept for callers
-that still import them from here.
+contract, :mod:`agentrl.api.wire`.
 
 There is no finalizer: every child, sandbox pods included, carries an ownerReference to the
 job, so Kubernetes' garbage collector deletes them with the job whether or not the operator is
@@ -17,26 +16,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import Final
-
-# Re-exported for callers not yet moved to agentrl.api.wire (the wire contract's home).
-from agentrl.api.wire import CONFIG_RUNTIME_KEY, RAY_HEAD_PORT
-
-__all__ = [
-    "ANNOTATION_JOB_COMPLETION_INDEX",
-    "ANNOTATION_TRAINER_ATTEMPT",
-    "APP_NAME",
-    "CONFIG_RUNTIME_KEY",
-    "FIELD_MANAGER",
-    "LABEL_COMPONENT",
-    "LABEL_INSTANCE",
-    "LABEL_JOB",
-    "LABEL_MANAGED_BY",
-    "LABEL_NAME",
-    "LABEL_PART_OF",
-    "RAY_HEAD_PORT",
-    "Component",
-    "ExtraReason",
-]
 
 #: Server-side apply field manager for everything the operator writes.
 FIELD_MANAGER: Final = "agentrl-operator"
