@@ -54,11 +54,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 async def _run(args: argparse.Namespace, kubeconfig: str, namespace: str) -> dict[str, Any]:
     from agentrl.api import AgentRLJob
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.sandbox import sandbox_pods
     from agentrl.sandbox.kubernetes import (
         KubeApiTransport,
         KubernetesProvider,
-        job_selector,
-        template_from_job,
     )
     from agentrl.sandbox.provider import SandboxRequest
 
@@ -87,15 +87,12 @@ async def _run(args: argparse.Namespace, kubeconfig: str, namespace: str) -> dic
     job = AgentRLJob.model_validate(
         json.loads(_kubectl(kubeconfig, "get", "arj", "bench", "-n", namespace, "-o", "json"))
     )
-    template, prefix = template_from_job(job, namespace=namespace)
     provider = KubernetesProvider(
         transport=KubeApiTransport(namespace, kubeconfig=kubeconfig),
-        pod_template=template,
-        name_prefix=prefix,
+        pods=sandbox_pods(job, BuildContext.for_job(job, namespace=namespace)),
         worker_id="bench",
         creates_per_second=args.creates_per_second,
         poll_seconds=0.1,
-        job_selector=job_selector(job),
     )
     samples: list[float] = []
     running: list[float] = []

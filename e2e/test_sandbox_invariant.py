@@ -39,13 +39,12 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.scheduler import RolloutScheduler
+from agentrl.rollout.tasks.cli import applied_sandbox_pods
 from agentrl.rollout.tasks.model import NamedTestsVerification, Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox.kubernetes import (
     KubeApiTransport,
     KubernetesProvider,
-    job_selector,
-    template_from_job,
 )
 from agentrl.tiny.tokenizer import get_tokenizer
 
@@ -179,15 +178,15 @@ async def test_a_thousand_episodes_never_hold_more_live_sandbox_pods_than_the_co
     namespace = kubectl.namespace or "default"
     kubectl.apply(JOB.manifest())
     job = AgentRLJob.model_validate(kubectl.json("get", "arj", "inv"))
-    labels = job_selector(job)
-    template, prefix = template_from_job(job, namespace=namespace)
+    # the pod template the operator wrote into the job's runtime.yaml (as the workers get it)
+    pods = applied_sandbox_pods("inv", namespace, kubeconfig=str(cluster.kubeconfig))
+    # every sandbox pod of the job carries these (docs/operations.md); written out, not derived
+    labels = {"agentrl.dev/job": "inv", "app.kubernetes.io/component": "sandbox"}
     provider = KubernetesProvider(
         transport=KubeApiTransport(namespace, kubeconfig=str(cluster.kubeconfig)),
-        pod_template=template,
-        name_prefix=prefix,
+        pods=pods,
         worker_id="invariant",
         creates_per_second=job.spec.sandbox.max_creates_per_second,
-        job_selector=labels,
     )
     caps = EpisodeCaps.from_spec(job.spec)
     runner = EpisodeRunner(

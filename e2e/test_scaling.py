@@ -34,7 +34,8 @@ from agentrl.reconcile.policies.autoscale import REASON_LOWERED, REASON_RAISED
 from agentrl.reconcile.prepull import prepull_daemonsets, prepull_progress
 from agentrl.rollout.concurrency_source import ConfigMapSource, follow
 from agentrl.rollout.scheduler import RolloutScheduler
-from agentrl.sandbox.kubernetes import KubeApiTransport, KubernetesProvider, template_from_job
+from agentrl.rollout.tasks.cli import applied_sandbox_pods
+from agentrl.sandbox.kubernetes import KubeApiTransport, KubernetesProvider
 from agentrl.sandbox.provider import SandboxRequest
 
 SANDBOX_SELECTOR = "app.kubernetes.io/component=sandbox"
@@ -200,16 +201,14 @@ async def test_kubectl_scale_up_and_down_changes_the_sandbox_pods_in_flight(
         timeout=60,
         what="the operator to write concurrency 2",
     )
-    uid = kubectl.json("get", "arj", "scaled")["metadata"]["uid"]
-    template, prefix = template_from_job(
-        AgentRLJob.model_validate(manifest), namespace=kubectl.namespace, uid=uid
-    )
     provider = KubernetesProvider(
         transport=KubeApiTransport(
             kubectl.namespace or "default", kubeconfig=str(cluster.kubeconfig)
         ),
-        pod_template=template,
-        name_prefix=prefix,
+        # what the operator wrote into the job's runtime.yaml, as a rollout worker receives it
+        pods=applied_sandbox_pods(
+            "scaled", kubectl.namespace, kubeconfig=str(cluster.kubeconfig)
+        ),
         worker_id="e2e-worker",
         creates_per_second=20,
         poll_seconds=0.25,

@@ -15,6 +15,7 @@ import json
 from typing import Any, Self
 
 from agentrl.api import AgentRLJob
+from agentrl.api.wire import SandboxPods
 
 
 def _set(doc: dict[str, Any], path: str, value: Any) -> None:
@@ -192,6 +193,26 @@ def from_manifest(manifest: dict[str, Any]) -> JobFactory:
     factory = JobFactory.__new__(JobFactory)
     factory._doc = copy.deepcopy(manifest)
     return factory
+
+
+def sandbox_pods_of(
+    job: AgentRLJob, *, namespace: str | None = None, uid: str | None = None
+) -> SandboxPods:
+    """The sandbox pod template as a rollout worker receives it: ``runtime.yaml`` of the
+    ConfigMap the operator's own builder renders for ``job`` (provider ``kubernetes``), parsed.
+    ``namespace`` and ``uid`` default to the job's metadata (a job read from the API server)."""
+    import yaml
+
+    from agentrl.api.wire import CONFIG_RUNTIME_KEY, RuntimeConfig
+    from agentrl.reconcile.configmap import config_map
+    from agentrl.reconcile.context import BuildContext
+    from agentrl.reconcile.policies.suspend import workload_scale
+
+    ctx = BuildContext.for_job(job, namespace=namespace, uid=uid)
+    text = config_map(job, ctx, workload_scale(job))["data"][CONFIG_RUNTIME_KEY]
+    pods = RuntimeConfig.model_validate(yaml.safe_load(text)).sandbox.pods
+    assert pods is not None, "sandbox pods are in runtime.yaml only for provider kubernetes"
+    return pods
 
 
 # ---- observed objects ----------------------------------------------------------------------

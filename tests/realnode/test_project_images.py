@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tests.factories import make_job
+from tests.factories import make_job, sandbox_pods_of
 
 from agentrl.api import AgentRLJob
 from agentrl.devcluster import images
@@ -24,8 +24,6 @@ from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 from agentrl.sandbox.kubernetes import (
     KubeApiTransport,
     KubernetesProvider,
-    job_selector,
-    template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
 
@@ -193,15 +191,12 @@ async def provider(
 ) -> AsyncIterator[tuple[KubernetesProvider, AgentRLJob]]:
     job = _job(kubectl, "real-sandbox")
     namespace = kubectl.namespace or "default"
-    template, prefix = template_from_job(job, namespace=namespace)
     prov = KubernetesProvider(
         transport=KubeApiTransport(namespace, kubeconfig=str(cluster.kubeconfig)),
-        pod_template=template,
-        name_prefix=prefix,
+        pods=sandbox_pods_of(job, namespace=namespace),
         worker_id="realnode-test",
         creates_per_second=10,
         poll_seconds=0.2,
-        job_selector=job_selector(job),
     )
     yield prov, job
     await prov.aclose()
@@ -254,8 +249,8 @@ def test_the_rendered_sandbox_pod_keeps_its_security_context_on_the_real_node(
     kubectl: Kubectl, crd_installed: None
 ) -> None:
     job = _job(kubectl, "render-sandbox")
-    template, _prefix = template_from_job(job, namespace=kubectl.namespace or "default")
-    manifest = template("render-sandbox-pod", None)
+    pods = sandbox_pods_of(job, namespace=kubectl.namespace or "default")
+    manifest = pods.pod("render-sandbox-pod")
     kubectl.apply(json.dumps(manifest))
     kubectl.run(
         "wait", "--for=condition=Ready", "pod/render-sandbox-pod", "--timeout=120s", timeout=140

@@ -59,17 +59,43 @@ def test_runtime_lists_engine_urls_and_trainer_rendezvous():
 def test_runtime_carries_the_concurrency_in_effect_and_the_workers():
     job = make_job("swe", "rl").with_concurrency(384).with_workers(5).obj()
     _, _, runtime = _data(job)
+    pods = runtime["sandbox"].pop("pods")
     assert runtime["sandbox"] == {
         "provider": "kubernetes",
         "concurrency": 384,
         "desired": 384,
         "limitedBy": None,
-        "selector": "agentrl.dev/job=swe,app.kubernetes.io/component=sandbox",
-        "podNamePrefix": "swe-sbx-",
         "networkPolicy": "swe-sandbox",
     }
+    assert pods["namePrefix"] == "swe-sbx-"
+    assert pods["selector"] == {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "sandbox"}
     # Each worker's share of the 384 is its own to compute (concurrency_source.split_concurrency).
     assert runtime["rollout"] == {"workers": 5}
+
+
+def test_runtime_carries_the_sandbox_pod_the_workers_create():
+    # The rollout workers make every sandbox pod from this template (provider kubernetes), so
+    # it is the operator's whole hardened pod, owned by the job, in the job's namespace.
+    job = make_job("swe", "rl").with_uid("u1").with_sandbox(cpu="2", memory="4Gi").obj()
+    _, _, runtime = _data(job)
+    template = runtime["sandbox"]["pods"]["template"]
+    assert "name" not in template["metadata"]
+    assert template["metadata"]["namespace"] == "rl"
+    assert template["metadata"]["labels"]["app.kubernetes.io/component"] == "sandbox"
+    (owner,) = template["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("AgentRLJob", "swe", "u1")
+    spec = template["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    assert container["resources"]["limits"]["cpu"] == "2"
+    assert container["resources"]["requests"]["memory"] == "4Gi"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_other_providers_get_no_sandbox_pod_template():
+    job = make_job("swe").with_sandbox(provider="local").obj()
+    _, _, runtime = _data(job)
+    assert "pods" not in runtime["sandbox"] or runtime["sandbox"]["pods"] is None
 
 
 def test_suspended_runtime_has_no_engines_and_zero_concurrency():

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from agentrl.api.job import MAX_NAME_LENGTH
+from agentrl.api.wire import config_map_name
 from agentrl.reconcile import names
 
 
 def test_children_are_named_after_the_job():
-    assert names.config_map("swe") == "swe-config"
+    assert config_map_name("swe") == "swe-config"
     assert names.engine("swe") == "swe-engine"
     assert names.engine_pod("swe", 3) == "swe-engine-3"
     assert names.trainer("swe") == "swe-trainer"

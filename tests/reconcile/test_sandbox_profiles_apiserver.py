@@ -19,11 +19,9 @@ from agentrl.reconcile.sandbox import sandbox_pod
 from agentrl.sandbox.kubernetes import (
     KubeApiTransport,
     KubernetesProvider,
-    job_selector,
-    template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
-from tests.factories import make_job
+from tests.factories import make_job, sandbox_pods_of
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.usefixtures("crd_installed")]
 
@@ -88,15 +86,12 @@ async def test_a_swebench_sandbox_runs_as_a_root_pod_without_capabilities(
 ) -> None:
     job = _job(kubectl, "swe", "swebench")
     namespace = kubectl.namespace or "default"
-    template, prefix = template_from_job(job, namespace=namespace)
     provider = KubernetesProvider(
         transport=KubeApiTransport(namespace, kubeconfig=str(cluster.kubeconfig)),
-        pod_template=template,
-        name_prefix=prefix,
+        pods=sandbox_pods_of(job, namespace=namespace),
         worker_id="rollout-0",
         creates_per_second=50,
         poll_seconds=0.1,
-        job_selector=job_selector(job),
     )
     try:
         request = SandboxRequest(episode_id="django-1", image=IMAGE, workdir="/testbed")

@@ -24,11 +24,9 @@ from agentrl.sandbox.kubernetes import (
     WORKER_LABEL,
     KubeApiTransport,
     KubernetesProvider,
-    job_selector,
-    template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
-from tests.factories import make_job
+from tests.factories import make_job, sandbox_pods_of
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.usefixtures("crd_installed")]
 
@@ -50,15 +48,12 @@ def make_provider(
     cluster: ClusterHandle, kubectl: Kubectl, job: AgentRLJob, worker: str
 ) -> KubernetesProvider:
     namespace = kubectl.namespace or "default"
-    template, prefix = template_from_job(job, namespace=namespace)
     return KubernetesProvider(
         transport=KubeApiTransport(namespace, kubeconfig=str(cluster.kubeconfig)),
-        pod_template=template,
-        name_prefix=prefix,
+        pods=sandbox_pods_of(job, namespace=namespace),
         worker_id=worker,
         creates_per_second=50,
         poll_seconds=0.1,
-        job_selector=job_selector(job),
     )
 
 

@@ -1,5 +1,5 @@
-"""The kubernetes provider's lifecycle against a fake API transport: pods from the job's
-hardened template, labelled for reaping, waited for, exec'd into and deleted."""
+"""The kubernetes provider's lifecycle against a fake API transport: pods from the template the
+operator writes into runtime.yaml, labelled for reaping, waited for, exec'd into and deleted."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from agentrl.sandbox.kubernetes import (
     EPISODE_LABEL,
     WORKER_LABEL,
     KubernetesProvider,
-    template_from_job,
 )
 from agentrl.sandbox.provider import SandboxRequest
-from tests.factories import make_job
+from tests.factories import make_job, sandbox_pods_of
 
 
 class FakeTransport:
@@ -80,14 +79,16 @@ class FakeTransport:
 
 #: The job whose sandboxes these tests create: 1 CPU and 2Gi each.
 JOB = make_job("swe", "ns").with_model_path("tiny").with_sandbox(cpu="1", memory="2Gi")
+#: ... and the sandbox pod template the operator writes for it into runtime.yaml.
+PODS = sandbox_pods_of(JOB.obj(), uid="uid-1")
+#: The labels of this job's sandbox pods that reaping matches (written out, not read from PODS).
+JOB_SANDBOX = {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "sandbox"}
 
 
 def provider(transport: FakeTransport) -> KubernetesProvider:
-    template, prefix = template_from_job(JOB.obj(), namespace="ns", uid="uid-1")
     return KubernetesProvider(
         transport=transport,
-        pod_template=template,
-        name_prefix=prefix,
+        pods=PODS,
         worker_id="rollout-0",
         creates_per_second=1000,
         poll_seconds=0,
@@ -139,8 +140,12 @@ async def test_closing_the_sandbox_deletes_its_pod() -> None:
 
 async def test_the_first_create_reaps_pods_a_previous_incarnation_left() -> None:
     transport = FakeTransport()
-    transport.pods["swe-sbx-old"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-0"}}}
-    transport.pods["swe-sbx-other"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-1"}}}
+    transport.pods["swe-sbx-old"] = {
+        "metadata": {"labels": {**JOB_SANDBOX, WORKER_LABEL: "rollout-0"}}
+    }
+    transport.pods["swe-sbx-other"] = {
+        "metadata": {"labels": {**JOB_SANDBOX, WORKER_LABEL: "rollout-1"}}
+    }
     await provider(transport).create(SandboxRequest(episode_id="t"))
     assert transport.deleted == ["swe-sbx-old"]
     assert "swe-sbx-other" in transport.pods
@@ -179,7 +184,9 @@ async def test_episodes_that_start_together_wait_for_the_reap_and_keep_their_pod
     # pods lists this worker's pods (a round trip) and deletes them: a create that did not wait
     # for it had its new pod in that list and lost it.
     transport = FakeTransport(list_seconds=0.05)
-    transport.pods["swe-sbx-left-over"] = {"metadata": {"labels": {WORKER_LABEL: "rollout-0"}}}
+    transport.pods["swe-sbx-left-over"] = {
+        "metadata": {"labels": {**JOB_SANDBOX, WORKER_LABEL: "rollout-0"}}
+    }
     prov = provider(transport)
     sandboxes = await asyncio.gather(
         *(prov.create(SandboxRequest(episode_id=f"t-{i}")) for i in range(4))
@@ -190,21 +197,14 @@ async def test_episodes_that_start_together_wait_for_the_reap_and_keep_their_pod
 
 async def test_reaping_matches_the_jobs_labels_as_well_as_the_worker_id() -> None:
     transport = FakeTransport()
-    template, prefix = template_from_job(JOB.obj(), namespace="ns", uid="uid-1")
-    reaper = KubernetesProvider(
-        transport=transport,
-        pod_template=template,
-        name_prefix=prefix,
-        worker_id="rollout-0",
-        creates_per_second=1000,
-        poll_seconds=0,
-        job_selector={"agentrl.dev/job": "swe"},
-    )
+    reaper = provider(transport)
     transport.pods["swe-sbx-old"] = {
-        "metadata": {"labels": {WORKER_LABEL: "rollout-0", "agentrl.dev/job": "swe"}}
+        "metadata": {"labels": {**JOB_SANDBOX, WORKER_LABEL: "rollout-0"}}
     }
     transport.pods["other-sbx-old"] = {
-        "metadata": {"labels": {WORKER_LABEL: "rollout-0", "agentrl.dev/job": "other"}}
+        "metadata": {
+            "labels": {**JOB_SANDBOX, "agentrl.dev/job": "other", WORKER_LABEL: "rollout-0"}
+        }
     }
     assert await reaper.reap() == 1
     assert transport.deleted == ["swe-sbx-old"]

@@ -1,10 +1,11 @@
 """The contract between the operator and its workloads, in one place: everything the operator
 hands to the pods it creates and everything it reads back from them.
 
-* **The ConfigMap** ``NAME-config``, mounted at :data:`SPEC_MOUNT_PATH` in every workload:
-  ``job.yaml`` (the resolved manifest) and ``runtime.yaml`` (:class:`RuntimeConfig`: endpoints and
-  the settings in effect, the sandbox concurrency among them), and the ``NAME-task-images``
-  ConfigMap the trainer writes (:data:`TASK_IMAGES_KEY`).
+* **The ConfigMap** ``NAME-config`` (:func:`config_map_name`), mounted at
+  :data:`SPEC_MOUNT_PATH` in every workload: ``job.yaml`` (the resolved manifest) and
+  ``runtime.yaml`` (:class:`RuntimeConfig`: endpoints and the settings in effect, the sandbox
+  concurrency among them, and the pod template of a sandbox, :class:`SandboxPods`), and the
+  ``NAME-task-images`` ConfigMap the trainer writes (:data:`TASK_IMAGES_KEY`).
 * **Annotations** the workloads write on their own pods and the operator lifts into the status:
   the engine watchdog's :class:`WatchdogReport` (:data:`ANNOTATION_WATCHDOG`) and the trainer
   driver's :class:`TrainerProgress` (:data:`ANNOTATION_PROGRESS`). One model each, used by the
@@ -20,10 +21,12 @@ migration. Keys and label keys the operator alone uses stay in ``agentrl.reconci
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from agentrl.api.job import AgentRLJob
@@ -115,6 +118,13 @@ E2B_API_KEY_ENV: Final = "E2B_API_KEY"
 
 # ---- ConfigMap keys -----------------------------------------------------------------------
 
+
+def config_map_name(job: str) -> str:
+    """``NAME-config``: the ConfigMap holding ``job.yaml`` and ``runtime.yaml`` (a worker
+    outside the cluster, or ``agentrl tasks validate``, reads it through the API)."""
+    return f"{job}-config"
+
+
 #: The resolved manifest (defaults filled in, uid included) the workloads read.
 CONFIG_JOB_KEY: Final = "job.yaml"
 #: Endpoints and in-effect settings (:class:`RuntimeConfig`).
@@ -166,6 +176,46 @@ class TrainerEndpoints(_Config):
     """Trainer pods."""
 
 
+class SandboxPods(_Config):
+    """The pod of one sandbox (provider ``kubernetes``), rendered by the operator from
+    ``spec.sandbox`` (``reconcile.sandbox.sandbox_pods``: hardened, owned by the job, resources
+    and placement from the spec). A rollout worker changes nothing in it but the name
+    (:attr:`name_prefix` plus random characters), the task's image and its own labels
+    (:meth:`pod`), so ``agentrl render`` shows the pods the workers will create, and an operator
+    upgrade changes them without a new worker image."""
+
+    name_prefix: str
+    """Sandbox pods are named this plus random characters."""
+    selector: dict[str, str]
+    """Labels every sandbox pod of the job carries (the NetworkPolicy's selector); a worker
+    reaps only pods that match it as well as its own worker label."""
+    template: dict[str, Any]
+    """The pod manifest without ``metadata.name``; one container, the sandbox."""
+
+    @model_validator(mode="after")
+    def _selector_in_template(self) -> SandboxPods:
+        labels = self.template.get("metadata", {}).get("labels", {})
+        missing = {k: v for k, v in self.selector.items() if labels.get(k) != v}
+        if missing:
+            raise ValueError(f"the pod template's labels lack the selector's {missing}")
+        if len(self.template.get("spec", {}).get("containers", [])) != 1:
+            raise ValueError("the pod template must have exactly one container")
+        return self
+
+    def pod(
+        self, name: str, image: str | None = None, labels: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A copy of the template named ``name``, with ``image`` in its container when given
+        (else ``spec.sandbox.image``) and ``labels`` added."""
+        manifest = copy.deepcopy(self.template)
+        metadata = manifest.setdefault("metadata", {})
+        metadata["name"] = name
+        metadata.setdefault("labels", {}).update(labels or {})
+        if image:
+            manifest["spec"]["containers"][0]["image"] = image
+        return manifest
+
+
 class SandboxRuntime(_Config):
     """The sandbox pool as the rollout tier must run it."""
 
@@ -177,12 +227,16 @@ class SandboxRuntime(_Config):
     """``spec.sandbox.concurrency``."""
     limited_by: str | None
     """What holds ``concurrency`` below ``desired``."""
-    selector: str
-    """Label selector of the job's sandbox pods."""
-    pod_name_prefix: str
-    """Sandbox pods are named this plus random characters."""
     network_policy: str
     """The NetworkPolicy that confines sandbox pods."""
+    pods: SandboxPods | None = None
+    """How a sandbox pod is made; set exactly when ``provider`` is ``kubernetes``."""
+
+    @model_validator(mode="after")
+    def _pods_for_kubernetes(self) -> SandboxRuntime:
+        if (self.provider == "kubernetes") != (self.pods is not None):
+            raise ValueError("sandbox.pods is set exactly when sandbox.provider is kubernetes")
+        return self
 
 
 class RolloutRuntime(_Config):

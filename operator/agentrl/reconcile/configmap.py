@@ -5,8 +5,10 @@ Two keys:
 * ``job.yaml`` — the resolved manifest (every default filled in, the job's uid included so the
   sandbox provider can set ownerReferences on sandbox pods).
 * ``runtime.yaml`` — :class:`RuntimeConfig`: what the spec does not say directly — the engine
-  URLs behind the headless Service, the trainer's rendezvous and Ray head addresses, and the
-  sandbox concurrency *in effect* (0 while suspended, capped by provider limits).
+  URLs behind the headless Service, the trainer's rendezvous and Ray head addresses, the
+  sandbox concurrency *in effect* (0 while suspended, capped by provider limits) and, for the
+  ``kubernetes`` provider, the pod of one sandbox (:class:`~agentrl.api.wire.SandboxPods`,
+  from :func:`agentrl.reconcile.sandbox.sandbox_pods`) that the rollout workers create.
 
 ``kubectl scale arj/NAME`` changes ``spec.sandbox.concurrency``, which changes this ConfigMap
 and nothing else: no pod template refers to its content, so scaling never restarts a workload
@@ -24,6 +26,7 @@ from typing import Any
 import yaml
 
 from agentrl.api import AgentRLJob
+from agentrl.api.sandbox import SandboxProvider
 from agentrl.api.wire import (
     CHECKPOINT_MOUNT_PATH,
     CONFIG_JOB_KEY,
@@ -36,13 +39,14 @@ from agentrl.api.wire import (
     RuntimeConfig,
     SandboxRuntime,
     TrainerEndpoints,
+    config_map_name,
 )
 from agentrl.reconcile import names
 from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
-from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.policies.suspend import WorkloadScale
+from agentrl.reconcile.sandbox import sandbox_pods
 
 
 def _svc_host(host: str, service: str, namespace: str) -> str:
@@ -92,9 +96,12 @@ def runtime_config(job: AgentRLJob, ctx: BuildContext, scale: WorkloadScale) -> 
             concurrency=scale.sandbox_concurrency,
             desired=job.spec.sandbox.concurrency,
             limited_by=scale.concurrency_limited_by,
-            selector=selector_string(sandbox_selector(job)),
-            pod_name_prefix=names.sandbox_pod_prefix(name),
             network_policy=names.sandbox_policy(name),
+            pods=(
+                sandbox_pods(job, ctx)
+                if job.spec.sandbox.provider == SandboxProvider.KUBERNETES
+                else None
+            ),
         ),
         rollout=RolloutRuntime(workers=scale.rollout_workers),
         checkpoint_dir=CHECKPOINT_MOUNT_PATH,
@@ -126,7 +133,7 @@ def config_map(job: AgentRLJob, ctx: BuildContext, scale: WorkloadScale) -> dict
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(
-            job, ctx, name=names.config_map(job.metadata.name), component=Component.CONFIG
+            job, ctx, name=config_map_name(job.metadata.name), component=Component.CONFIG
         ),
         "data": {
             CONFIG_JOB_KEY: _dump(resolved_manifest(job, ctx)),

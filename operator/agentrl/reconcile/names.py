@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from agentrl.api.job import MAX_NAME_LENGTH
+from agentrl.api.wire import config_map_name
 
 #: Longest DNS label (RFC 1123) and label value.
 DNS_LABEL_MAX: Final = 63
@@ -22,11 +23,6 @@ REVISION_HASH_CHARS: Final = 10
 SANDBOX_RANDOM_CHARS: Final = 12
 #: Most engines (``spec.inference.engines`` ≤ 1024, so ordinals have at most 4 digits).
 MAX_ORDINAL_DIGITS: Final = 4
-
-
-def config_map(job: str) -> str:
-    """``NAME-config``: the resolved spec and endpoints."""
-    return f"{job}-config"
 
 
 def engine(job: str) -> str:
@@ -88,7 +84,7 @@ def checkpoints(job: str) -> str:
 def _longest_derived_values(name: str) -> dict[str, str]:
     """Every value derived from a job ``name`` that must stay a DNS label."""
     return {
-        "ConfigMap": config_map(name),
+        "ConfigMap": config_map_name(name),
         "engine StatefulSet/Service": engine(name),
         "engine pod (statefulset.kubernetes.io/pod-name)": engine_pod(
             name, 10**MAX_ORDINAL_DIGITS - 1

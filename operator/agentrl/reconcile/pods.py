@@ -18,8 +18,8 @@ from agentrl.api.wire import (
     MODEL_MOUNT_PATH,
     SPEC_FILE,
     SPEC_MOUNT_PATH,
+    config_map_name,
 )
-from agentrl.reconcile import names
 from agentrl.reconcile.pvc import checkpoint_claim_name
 
 CONFIG_VOLUME = "config"
@@ -68,7 +68,7 @@ def sandbox_env(job: AgentRLJob) -> list[dict[str, Any]]:
 
 def config_volume(job: AgentRLJob) -> dict[str, Any]:
     """The job's ConfigMap as a volume."""
-    return {"name": CONFIG_VOLUME, "configMap": {"name": names.config_map(job.metadata.name)}}
+    return {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job.metadata.name)}}
 
 
 def config_mount() -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Sandbox pods and the NetworkPolicy that confines them.
 
-:func:`sandbox_pod` is the hardened pod template of one sandbox. The operator does not create
-sandbox pods: the kubernetes sandbox provider (``agentrl.sandbox.kubernetes``, inside the rollout
-workers) calls it per episode with the task's image and a pod name, and creates the pod. The pod
+:func:`sandbox_pods` is the hardened pod template of one sandbox. The operator does not create
+sandbox pods: it writes the template into ``runtime.yaml`` (``sandbox.pods``, a
+:class:`~agentrl.api.wire.SandboxPods`), and the kubernetes sandbox provider
+(``agentrl.sandbox.kubernetes``, inside the rollout workers) names a copy per episode, sets the
+task's image and its own labels, and creates the pod (:func:`sandbox_pod` is that copy). The pod
 is owned by the job (deleted with it, even while the operator is down), carries no
 ServiceAccount token and no service links, runs with seccomp ``RuntimeDefault``, every
 capability dropped and no privilege escalation, with CPU, memory and ephemeral storage from
@@ -42,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob
 from agentrl.api.model import DatasetFormat
+from agentrl.api.wire import SandboxPods
 from agentrl.reconcile import names
 from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
@@ -106,16 +109,8 @@ def sandbox_deadline_seconds(job: AgentRLJob) -> int:
     )
 
 
-def sandbox_pod(
-    job: AgentRLJob,
-    ctx: BuildContext,
-    *,
-    pod_name: str,
-    image: str | None = None,
-    command: tuple[str, ...] | list[str] = DEFAULT_COMMAND,
-) -> dict[str, Any]:
-    """The pod of one sandbox. ``pod_name`` should start with ``names.sandbox_pod_prefix``;
-    ``image``: the task's image, or ``spec.sandbox.image`` when None."""
+def sandbox_pods(job: AgentRLJob, ctx: BuildContext) -> SandboxPods:
+    """The sandbox pod template the operator hands the rollout workers (``runtime.yaml``)."""
     sandbox = job.spec.sandbox
     profile = sandbox_profile(job)
     limits = {
@@ -139,8 +134,8 @@ def sandbox_pod(
         "containers": [
             {
                 "name": "sandbox",
-                "image": image or sandbox.image,
-                "command": list(command),
+                "image": sandbox.image,
+                "command": list(DEFAULT_COMMAND),
                 "resources": {"requests": dict(limits), "limits": dict(limits)},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -157,17 +152,28 @@ def sandbox_pod(
     spec.update(node_placement(sandbox.node_selector, sandbox.tolerations))
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name,
-            "namespace": ctx.namespace,
-            "labels": sandbox_pod_labels(job),
-            "ownerReferences": [owner_reference(job, ctx.uid)],
+    return SandboxPods(
+        name_prefix=names.sandbox_pod_prefix(job.metadata.name),
+        selector=sandbox_selector(job),
+        template={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "namespace": ctx.namespace,
+                "labels": sandbox_pod_labels(job),
+                "ownerReferences": [owner_reference(job, ctx.uid)],
+            },
+            "spec": spec,
         },
-        "spec": spec,
-    }
+    )
+
+
+def sandbox_pod(
+    job: AgentRLJob, ctx: BuildContext, *, pod_name: str, image: str | None = None
+) -> dict[str, Any]:
+    """One sandbox's pod as a worker makes it from :func:`sandbox_pods` (without the worker's
+    own labels). ``image``: the task's image, or ``spec.sandbox.image`` when None."""
+    return sandbox_pods(job, ctx).pod(pod_name, image)
 
 
 def _egress_rules(job: AgentRLJob) -> list[dict[str, Any]]:

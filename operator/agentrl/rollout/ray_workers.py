@@ -76,6 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import FailurePolicy, TerminalClass
+from agentrl.api.wire import SandboxPods
 from agentrl.ray_cluster import placement as ray_placement
 from agentrl.ray_cluster.placement import Placement, current_placement
 from agentrl.rollout import metrics
@@ -106,6 +107,8 @@ class RolloutWorkerConfig(BaseModel):
 
     job: dict[str, Any]
     """The AgentRLJob manifest (the ConfigMap's ``job.yaml``: defaults resolved, uid set)."""
+    sandbox_pods: SandboxPods | None = None
+    """The sandbox pod template of ``runtime.yaml`` (provider ``kubernetes``)."""
     engine_urls: list[str] = Field(min_length=1)
     """Base URLs of the inference engines."""
     workers: int = Field(ge=1)
@@ -252,7 +255,7 @@ class RolloutWorker:
             parts = WorkerParts(
                 provider=open_provider(
                     job.spec.sandbox,
-                    job=job,
+                    pods=config.sandbox_pods,
                     namespace=config.namespace,
                     worker_id=f"{job.metadata.name}-rollout-{self.index}",
                     kubeconfig=config.kubeconfig,

@@ -9,11 +9,10 @@ Callers: rollout workers, ``agentrl run``, ``agentrl tasks validate``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentrl.api.quantities import parse_quantity
 from agentrl.api.sandbox import SandboxProvider as ProviderName
 from agentrl.api.sandbox import SandboxSpec
+from agentrl.api.wire import SandboxPods
 from agentrl.sandbox.errors import (
     SandboxCreateError,
     SandboxError,
@@ -44,7 +43,7 @@ __all__ = [
 def open_provider(
     spec: SandboxSpec,
     *,
-    job: Any = None,
+    pods: SandboxPods | None = None,
     namespace: str | None = None,
     worker_id: str = "local",
     kubeconfig: str | None = None,
@@ -52,8 +51,10 @@ def open_provider(
 ) -> InstrumentedProvider:
     """The provider ``spec.provider`` names, configured from the spec and instrumented.
 
-    ``kubernetes`` needs the job (its hardened pod template) and the namespace; ``worker_id`` is
-    the rollout worker's stable name (its pod name), used to reap pods after a crash;
+    ``kubernetes`` needs ``pods``, the sandbox pod template the operator wrote into the job's
+    ``runtime.yaml`` (``sandbox.pods``), and creates its pods in ``namespace`` (default: the
+    template's); ``worker_id`` is the rollout worker's stable name (its pod name), used to reap
+    pods after a crash;
     ``local_base_dir`` is where ``local`` sandboxes make their directories.
     """
     provider: SandboxProvider
@@ -78,23 +79,18 @@ def open_provider(
             domain=spec.e2b.domain,
         )
     else:
-        from agentrl.sandbox.kubernetes import (
-            KubeApiTransport,
-            KubernetesProvider,
-            job_selector,
-            template_from_job,
-        )
+        from agentrl.sandbox.kubernetes import KubeApiTransport, KubernetesProvider
 
-        if job is None:
-            raise ValueError("provider kubernetes needs the AgentRLJob (its sandbox pod template)")
-        ns = namespace or job.metadata.namespace or "default"
-        template, prefix = template_from_job(job, namespace=ns)
+        if pods is None:
+            raise ValueError(
+                "provider kubernetes needs the sandbox pod template of the job's runtime.yaml "
+                "(sandbox.pods), which the operator writes"
+            )
+        ns = namespace or pods.template["metadata"].get("namespace") or "default"
         provider = KubernetesProvider(
             transport=KubeApiTransport(ns, kubeconfig=kubeconfig),
-            pod_template=template,
-            name_prefix=prefix,
+            pods=pods,
             worker_id=worker_id,
             creates_per_second=spec.max_creates_per_second,
-            job_selector=job_selector(job),
         )
     return InstrumentedProvider(provider)

@@ -1,10 +1,12 @@
 """The ``kubernetes`` provider: one pod per episode, commands through the pod exec API.
 
-Each sandbox is a pod built from the job's hardened template
-(:func:`agentrl.reconcile.sandbox.sandbox_pod`: no ServiceAccount token, non-root, seccomp
-RuntimeDefault, all capabilities dropped, resources from ``spec.sandbox``, owned by the job,
-``activeDeadlineSeconds`` as a last-resort reaper) with the task's image, on the shared pod
-network under the job's NetworkPolicy (no per-sandbox networks). Commands and files go through
+Each sandbox is a pod made from the hardened template the operator renders into the job's
+``runtime.yaml`` (:class:`agentrl.api.wire.SandboxPods`, built by
+``agentrl.reconcile.sandbox.sandbox_pods``: no ServiceAccount token, seccomp RuntimeDefault, all
+capabilities dropped, resources from ``spec.sandbox``, owned by the job,
+``activeDeadlineSeconds`` as a last-resort reaper). The provider changes only the pod's name,
+the task's image and its own labels, and puts the pod on the shared pod network under the job's
+NetworkPolicy (no per-sandbox networks). Commands and files go through
 the exec subresource (:mod:`agentrl.sandbox.kube_exec`); the pod is deleted when the episode
 ends. Pods carry this worker's id as a label, so a restarted worker deletes what its previous
 incarnation left behind (:meth:`KubernetesProvider.reap`), and the job's ownerReference
@@ -23,9 +25,10 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
+from agentrl.api.wire import SandboxPods
 from agentrl.sandbox import kube_exec
 from agentrl.sandbox.errors import (
     SandboxCreateError,
@@ -47,10 +50,6 @@ CONTAINER = "sandbox"
 FIRST_POLL_SECONDS = 0.05
 #: Seconds a command may overrun its own timeout before the socket is abandoned.
 EXEC_GRACE_SECONDS = 10.0
-
-#: (pod name, image or None) -> pod manifest; built from the job by reconcile.sandbox.sandbox_pod.
-PodTemplate = Callable[[str, str | None], dict[str, Any]]
-
 
 class PodTransport(Protocol):
     """The Kubernetes API as the provider uses it."""
@@ -169,33 +168,31 @@ class KubernetesProvider:
         self,
         *,
         transport: PodTransport,
-        pod_template: PodTemplate,
-        name_prefix: str,
+        pods: SandboxPods,
         worker_id: str,
         creates_per_second: float,
         poll_seconds: float = 1.0,
         file_timeout: float = 60.0,
-        job_selector: Mapping[str, str] | None = None,
     ) -> None:
         self.transport = transport
-        self.pod_template = pod_template
-        self.name_prefix = name_prefix
+        self.pods = pods
+        """The operator's pod template; its selector (the job's sandbox-pod labels) is matched
+        by reaping as well as the worker id, so a worker never deletes another job's pods that
+        happen to carry the same worker name."""
         self.worker_id = _label_value(worker_id)
         self.poll_seconds = poll_seconds
         self.file_timeout = file_timeout
-        self.job_selector = dict(job_selector or {})
-        """The job's sandbox-pod labels: reaping matches them as well as the worker id, so a
-        worker never deletes another job's pods that happen to carry the same worker name."""
         self.bucket = TokenBucket(creates_per_second)
         SANDBOX_CREATE_RATE_LIMIT.labels(self.name).set(creates_per_second)
         self._reaping: asyncio.Task[int] | None = None
 
     def pod_manifest(self, pod: str, request: SandboxRequest) -> dict[str, Any]:
         """The template's pod with this worker's and episode's labels."""
-        manifest = self.pod_template(pod, request.image)
-        labels = manifest.setdefault("metadata", {}).setdefault("labels", {})
-        labels[WORKER_LABEL] = self.worker_id
-        labels[EPISODE_LABEL] = _label_value(request.episode_id)
+        manifest = self.pods.pod(
+            pod,
+            request.image,
+            {WORKER_LABEL: self.worker_id, EPISODE_LABEL: _label_value(request.episode_id)},
+        )
         container = manifest["spec"]["containers"][0]
         if request.workdir:
             container.setdefault("workingDir", request.workdir)
@@ -211,7 +208,7 @@ class KubernetesProvider:
     async def reap(self) -> int:
         """Delete every sandbox pod this worker id owns (left over from a crashed run)."""
         count = await self.transport.delete_pods(
-            {**self.job_selector, WORKER_LABEL: self.worker_id}
+            {**self.pods.selector, WORKER_LABEL: self.worker_id}
         )
         if count:
             logger.warning("reaped %d sandbox pods left by worker %s", count, self.worker_id)
@@ -234,7 +231,7 @@ class KubernetesProvider:
             self._reaping = asyncio.ensure_future(self._reap_once())
         await asyncio.shield(self._reaping)
         await self.bucket.acquire()
-        pod = f"{self.name_prefix}{secrets.token_hex(6)}"
+        pod = f"{self.pods.name_prefix}{secrets.token_hex(6)}"
         try:
             try:
                 await self.transport.create_pod(self.pod_manifest(pod, request))
@@ -376,26 +373,3 @@ class KubeApiTransport:
         if self._session is not None:
             await self._session.close()
         await self._client.close()
-
-
-def job_selector(job: Any) -> dict[str, str]:
-    """The labels every sandbox pod of ``job`` carries (the NetworkPolicy's selector)."""
-    from agentrl.reconcile.labels import sandbox_selector
-
-    return sandbox_selector(job)
-
-
-def template_from_job(
-    job: Any, *, namespace: str | None = None, uid: str | None = None
-) -> tuple[PodTemplate, str]:
-    """The job's hardened pod template and the sandbox pod name prefix."""
-    from agentrl.reconcile import names
-    from agentrl.reconcile.context import BuildContext
-    from agentrl.reconcile.sandbox import sandbox_pod
-
-    ctx = BuildContext.for_job(job, namespace=namespace, uid=uid)
-
-    def template(pod: str, image: str | None) -> dict[str, Any]:
-        return sandbox_pod(job, ctx, pod_name=pod, image=image)
-
-    return template, names.sandbox_pod_prefix(job.metadata.name)

@@ -169,7 +169,7 @@ def sandbox_provider(
     **where: Any,
 ) -> InstrumentedProvider:
     """The sandbox provider of an in-process rollout tier: :func:`agentrl.sandbox.open_provider`
-    (``where``: its ``job``, ``namespace``, ``worker_id``, ``local_base_dir``), the spec's
+    (``where``: its ``pods``, ``namespace``, ``worker_id``, ``local_base_dir``), the spec's
     limits and the sandbox metrics; ``wrap`` goes between the provider and its metrics
     (``agentrl run --chaos``). The caller closes it (``aclose``)."""
     provider = open_provider(spec, **where)

@@ -282,7 +282,7 @@ def cluster_rollout(config: TrainerConfig, episodes: Any) -> Any:
 
         provider = sandbox_provider(
             spec.sandbox,
-            job=config.job,
+            pods=config.runtime.sandbox.pods,
             namespace=config.env.namespace,
             worker_id=config.env.pod_name or "trainer",
         )
@@ -394,11 +394,13 @@ class TrainerDriver:
 
 def rollout_worker_config(config: TrainerConfig) -> Any:
     """What the job's rollout worker actors are started with (:mod:`agentrl.rollout.
-    ray_workers`): the manifest, the engines, ``spec.rollout.workers``, the job's namespace."""
+    ray_workers`): the manifest, the engines, ``spec.rollout.workers``, the job's namespace and
+    the sandbox pod template (``runtime.yaml``)."""
     from agentrl.rollout.ray_workers import RolloutWorkerConfig
 
     return RolloutWorkerConfig(
         job=config.job.to_manifest(),
+        sandbox_pods=config.runtime.sandbox.pods,
         engine_urls=list(config.runtime.engines.urls),
         workers=config.job.spec.rollout.workers,
         namespace=config.env.namespace,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from agentrl.api.wire import CONFIG_RUNTIME_KEY, RuntimeConfig, SandboxPods, config_map_name
 from agentrl.rollout.tasks import generate_toy_tasks, load_dataset, task_images
 
 
@@ -93,6 +94,44 @@ def images(dataset: Path, manifest: Path | None) -> None:
     click.echo(f"{added} images added to spec.sandbox.prePull.images", err=True)
 
 
+def applied_sandbox_pods(
+    job: str, namespace: str | None = None, *, kubeconfig: str | None = None
+) -> SandboxPods:
+    """The sandbox pod template the operator wrote into the applied job's ``runtime.yaml``: what
+    its rollout workers create (owned by the job, under its NetworkPolicy). ``namespace``:
+    default the kubeconfig's.
+
+    Raises:
+        LookupError: the job's ConfigMap is not there (the job is not applied), or the job runs
+            another provider.
+    """
+    import yaml
+    from lightkube import ApiError, Client, KubeConfig
+    from lightkube.resources.core_v1 import ConfigMap
+
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+    client = Client(config=config, namespace=namespace)
+    name = config_map_name(job)
+    where = namespace or client.namespace
+    try:
+        found = client.get(ConfigMap, name, namespace=where)
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+        raise LookupError(
+            f"job {job} is not applied in namespace {where} (no ConfigMap {name})"
+        ) from exc
+    runtime = RuntimeConfig.model_validate(
+        yaml.safe_load((found.data or {}).get(CONFIG_RUNTIME_KEY) or "{}")
+    )
+    if runtime.sandbox.pods is None:
+        raise LookupError(
+            f"job {job} runs spec.sandbox.provider {runtime.sandbox.provider}: its ConfigMap "
+            "has no sandbox pod template"
+        )
+    return runtime.sandbox.pods
+
+
 @tasks.command()
 @click.argument("dataset")
 @click.option(
@@ -106,7 +145,21 @@ def images(dataset: Path, manifest: Path | None) -> None:
     "--manifest",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="AgentRLJob manifest whose spec.sandbox configures the provider.",
+    help="AgentRLJob manifest whose spec.sandbox configures the provider. For kubernetes the "
+    "job must be applied (spec.suspend: true is enough): its sandbox pods are made from the pod "
+    "template the operator writes into the job's ConfigMap.",
+)
+@click.option(
+    "--namespace",
+    default=None,
+    help="kubernetes: the applied job's namespace (default: the manifest's, else the "
+    "kubeconfig's).",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="kubernetes: kubeconfig file (default: $KUBECONFIG, ~/.kube/config or in-cluster).",
 )
 @click.option(
     "--concurrency", type=int, default=4, show_default=True, help="Tasks validated at once."
@@ -130,6 +183,8 @@ def validate(
     dataset: str,
     provider: str,
     manifest: Path | None,
+    namespace: str | None,
+    kubeconfig: str | None,
     concurrency: int,
     timeout: float,
     check_candidates: bool,
@@ -161,15 +216,29 @@ def validate(
         )
     if max_tasks is not None:
         items = items[:max_tasks]
+    pods = None
     if manifest is not None:
         job = AgentRLJob.model_validate(yaml.safe_load(manifest.read_text(encoding="utf-8")))
         sandbox_spec = job.spec.sandbox.model_copy(update={"provider": provider})
+        if provider == "kubernetes":
+            namespace = namespace or job.metadata.namespace
+            try:
+                pods = applied_sandbox_pods(job.metadata.name, namespace, kubeconfig=kubeconfig)
+            except LookupError as exc:
+                raise click.ClickException(
+                    f"{exc}. --provider kubernetes makes sandbox pods from the template the "
+                    f"operator writes into the job's ConfigMap: kubectl apply -f {manifest} "
+                    "first (spec.suspend: true keeps it from starting engines and the trainer), "
+                    "with spec.sandbox.provider: kubernetes; or pass --namespace"
+                ) from exc
+            namespace = namespace or pods.template["metadata"].get("namespace")
     else:
-        job = None
         sandbox_spec = SandboxSpec(provider=provider)  # type: ignore[arg-type]
 
     async def run() -> list:  # type: ignore[type-arg]
-        sandboxes = open_provider(sandbox_spec, job=job)
+        sandboxes = open_provider(
+            sandbox_spec, pods=pods, namespace=namespace, kubeconfig=kubeconfig
+        )
         try:
             return await validate_dataset(
                 sandboxes,
