@@ -74,3 +74,19 @@ async def test_the_health_check_brings_a_recovered_engine_back() -> None:
     b.healthy = False
     await pool.check_health()
     assert pool.ready() == [True, False]
+
+
+async def test_the_background_health_loop_probes_until_stopped() -> None:
+    a, b = engines(2)
+    pool = EnginePool([a, b])
+    pool.set_ready(0, False)
+    pool.start_health(0.01)
+    for _ in range(100):  # the loop's first probe is after one interval
+        await asyncio.sleep(0.01)
+        if pool.ready() == [True, True]:
+            break
+    assert pool.ready() == [True, True]
+    await pool.stop_health()
+    pool.set_ready(0, False)
+    await asyncio.sleep(0.05)  # stopped: nothing probes engine 0 back to ready
+    assert pool.ready() == [False, True]

@@ -117,18 +117,8 @@ import (
 func main() {{ coremain.Run() }}
 """
 
-ALL_BINARIES = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubectl",
-    "kwok",
-    "helm",
-    "kubelet",
-    "kube-proxy",
-    "coredns",
-)
+#: The control plane's binaries and the real node's.
+ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubelet", "kube-proxy", "coredns")
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,6 @@ async def run_local(
     def rollout(stream: TaskStream, admission: StalenessAdmission) -> Any:
         return fixed_rollout(spec, runner, stream, admission)
 
-    health: asyncio.Task[None] | None = None
     before: Evaluation | None = None
     after: Evaluation | None = None
     evaluation: PeriodicEvaluation | None = None
@@ -321,7 +320,7 @@ async def run_local(
         for client in clients:
             await client.wait_healthy(deadline_seconds=120.0)
         # Readiness probing starts once the engines are up (before, every probe would fail).
-        health = asyncio.get_running_loop().create_task(pool.watch_health(1.0))
+        pool.start_health(1.0)
         if not options.resume:
             evals_log.unlink(missing_ok=True)
         async with open_session(parts, rollout, session_options) as session:
@@ -342,9 +341,7 @@ async def run_local(
     except asyncio.CancelledError:
         interrupted = True
     finally:
-        if health is not None:
-            health.cancel()
-            await asyncio.gather(health, return_exceptions=True)
+        await pool.stop_health()
         for client in clients:
             await client.close()
         await provider.aclose()

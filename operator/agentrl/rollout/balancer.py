@@ -75,6 +75,7 @@ class EnginePool:
         self._ready_changed = asyncio.Event()
         self.wait_ready_seconds = wait_ready_seconds
         """How long a call waits for some engine to become ready before it fails."""
+        self._health: asyncio.Task[None] | None = None
         for state in self._states:
             metrics.ENGINE_READY.labels(state.engine.base_url).set(1)
 
@@ -188,6 +189,20 @@ class EnginePool:
         results = await asyncio.gather(*(s.engine.health() for s in self._states))
         for state, ok in zip(self._states, results, strict=True):
             self.set_ready(state.index, ok)
+
+    def start_health(self, interval_seconds: float) -> None:
+        """Run :meth:`watch_health` in the background until :meth:`stop_health`."""
+        if self._health is None:
+            self._health = asyncio.get_running_loop().create_task(
+                self.watch_health(interval_seconds)
+            )
+
+    async def stop_health(self) -> None:
+        """Stop the background health loop, if one runs."""
+        if self._health is not None:
+            self._health.cancel()
+            await asyncio.gather(self._health, return_exceptions=True)
+            self._health = None
 
     async def watch_health(self, interval_seconds: float) -> None:
         """Probe forever (cancel to stop); the scheduler's owner runs this beside episodes."""

@@ -144,9 +144,8 @@ async def open_episode_runner(
         )
         for url in engine_urls
     ]
-    health: asyncio.Task[None] | None = None
+    pool = EnginePool(clients)
     try:
-        pool = EnginePool(clients)
         caps = EpisodeCaps.from_spec(spec)
         agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0]), caps)
         runner = EpisodeRunner(
@@ -156,12 +155,10 @@ async def open_episode_runner(
             failure_policy=spec.rollout.failure_policy,
             on_release=pool.release,
         )
-        health = asyncio.create_task(pool.watch_health(HEALTH_INTERVAL_SECONDS))
+        pool.start_health(HEALTH_INTERVAL_SECONDS)
         yield runner
     finally:
-        if health is not None:
-            health.cancel()
-            await asyncio.gather(health, return_exceptions=True)
+        await pool.stop_health()
         for client in clients:
             await client.close()
 
