@@ -7,10 +7,13 @@ operator's reading of the pod.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from agentrl.api import wire
 from agentrl.api.wire import LastFault, RuntimeConfig, WatchdogReport, WatchdogState
@@ -18,7 +21,7 @@ from agentrl.engine.watchdog_report import LightkubeReporter
 from agentrl.reconcile.configmap import config_map
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import pod_from_object
-from agentrl.reconcile.policies.suspend import WorkloadScale
+from agentrl.reconcile.policies.suspend import WorkloadScale, workload_scale
 from agentrl.rollout.concurrency_source import InEffect, parse_runtime
 from tests.factories import make_job
 
@@ -43,6 +46,55 @@ def test_the_runtime_configmap_the_operator_writes_parses_with_the_workloads_mod
     assert runtime.checkpoint_dir == wire.CHECKPOINT_MOUNT_PATH
     assert parse_runtime(text) == InEffect(concurrency=12, workers=3)
     assert wire.CONFIG_JOB_KEY in data
+
+
+def test_a_sandbox_pod_from_the_template_changes_only_name_image_and_labels() -> None:
+    job = make_job("swe", "ns").with_uid("u1").obj()
+    pods = RuntimeConfig.model_validate(
+        yaml.safe_load(
+            config_map(job, BuildContext.for_job(job), workload_scale(job))["data"][
+                wire.CONFIG_RUNTIME_KEY
+            ]
+        )
+    ).sandbox.pods
+    assert pods is not None
+    before = copy.deepcopy(pods.template)
+    pod = pods.pod("swe-sbx-abc", "task:1", {"agentrl.dev/episode": "e1"})
+    assert pods.template == before  # the template is copied, never changed
+    assert pod["metadata"]["name"] == "swe-sbx-abc"
+    assert pod["metadata"]["labels"]["agentrl.dev/episode"] == "e1"
+    assert pod["spec"]["containers"][0]["image"] == "task:1"
+    pod["metadata"].pop("name")
+    pod["metadata"]["labels"].pop("agentrl.dev/episode")
+    pod["spec"]["containers"][0]["image"] = before["spec"]["containers"][0]["image"]
+    assert pod == before
+    assert pods.pod("x")["spec"]["containers"][0]["image"] == job.spec.sandbox.image
+
+
+def test_a_template_without_the_selectors_labels_or_with_two_containers_is_refused() -> None:
+    template = {
+        "metadata": {"labels": {"agentrl.dev/job": "swe"}},
+        "spec": {"containers": [{"name": "sandbox"}]},
+    }
+    selector = {"agentrl.dev/job": "swe", "app.kubernetes.io/component": "sandbox"}
+    with pytest.raises(ValidationError, match="lack the selector"):
+        wire.SandboxPods(name_prefix="swe-sbx-", selector=selector, template=template)
+    two = copy.deepcopy(template)
+    two["spec"]["containers"].append({"name": "sidecar"})
+    with pytest.raises(ValidationError, match="exactly one container"):
+        wire.SandboxPods(name_prefix="swe-sbx-", selector={"agentrl.dev/job": "swe"}, template=two)
+
+
+def test_runtime_yaml_has_a_pod_template_exactly_for_provider_kubernetes() -> None:
+    job = make_job("swe").with_sandbox(provider="local").obj()
+    text = config_map(job, BuildContext.for_job(job, uid="0000"), workload_scale(job))["data"][
+        wire.CONFIG_RUNTIME_KEY
+    ]
+    doc = yaml.safe_load(text)
+    assert doc["sandbox"]["pods"] is None
+    doc["sandbox"]["provider"] = "kubernetes"  # a kubernetes runtime without a template
+    with pytest.raises(ValidationError, match=r"exactly when sandbox\.provider is kubernetes"):
+        RuntimeConfig.model_validate(doc)
 
 
 class _PatchRecorder:
