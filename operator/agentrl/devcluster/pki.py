@@ -128,6 +128,37 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+def _issue_pair(
+    directory: Path,
+    stem: str,
+    subject: x509.Name,
+    *,
+    ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
+    server_names: tuple[str, ...] = (),
+    server_ips: tuple[str, ...] = (),
+    client: bool = False,
+    server: bool = False,
+) -> tuple[Path, Path]:
+    """A new key and a certificate for ``subject`` signed by ``ca``, written as
+    ``STEM.key``/``STEM.crt`` under ``directory``; returns (cert, key)."""
+    ca_key, ca_cert = ca
+    key = _key()
+    cert = _issue(
+        subject=subject,
+        key=key,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        server_names=server_names,
+        server_ips=server_ips,
+        client=client,
+        server=server,
+    )
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    _write_key(key_path, key)
+    _write_cert(cert_path, cert)
+    return cert_path, key_path
+
+
 def ensure_pki(directory: Path, *, service_ip: str) -> Path:
     """Create (once) every key and certificate under ``directory``; returns it."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -137,44 +168,16 @@ def ensure_pki(directory: Path, *, service_ip: str) -> Path:
     ca_cert = _issue(subject=_name("agentrl-dev-ca"), key=ca_key, ca_key=ca_key, ca_cert=None)
     _write_key(directory / "ca.key", ca_key)
     _write_cert(directory / "ca.crt", ca_cert)
-
-    key = _key()
-    cert = _issue(
-        subject=_name("kube-apiserver"),
-        key=key,
-        ca_key=ca_key,
-        ca_cert=ca_cert,
-        server_names=APISERVER_DNS,
-        server_ips=("127.0.0.1", service_ip),
-        server=True,
-    )
-    _write_key(directory / "apiserver.key", key)
-    _write_cert(directory / "apiserver.crt", cert)
-
-    key = _key()
-    cert = _issue(
-        subject=_name("kwok-kubelet"),
-        key=key,
-        ca_key=ca_key,
-        ca_cert=ca_cert,
-        server_names=("localhost",),
-        server_ips=("127.0.0.1",),
-        server=True,
-    )
-    _write_key(directory / "kwok-server.key", key)
-    _write_cert(directory / "kwok-server.crt", cert)
-
+    ca = (ca_key, ca_cert)
+    _issue_pair(directory, "apiserver", _name("kube-apiserver"), ca=ca, server=True,
+                server_names=APISERVER_DNS, server_ips=("127.0.0.1", service_ip))
+    _issue_pair(directory, "kwok-server", _name("kwok-kubelet"), ca=ca, server=True,
+                server_names=("localhost",), server_ips=("127.0.0.1",))
     for ident in CLIENTS:
-        key = _key()
-        cert = _issue(
-            subject=_name(ident.common_name, ident.organizations),
-            key=key,
-            ca_key=ca_key,
-            ca_cert=ca_cert,
+        _issue_pair(
+            directory, ident.stem, _name(ident.common_name, ident.organizations), ca=ca,
             client=True,
         )
-        _write_key(directory / f"{ident.stem}.key", key)
-        _write_cert(directory / f"{ident.stem}.crt", cert)
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(directory / "sa.key", sa_key)
@@ -200,18 +203,10 @@ def ensure_client(directory: Path, ident: ClientIdentity) -> tuple[Path, Path]:
     cert_path, key_path = directory / f"{ident.stem}.crt", directory / f"{ident.stem}.key"
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
-    ca_key, ca_cert = _load_ca(directory)
-    key = _key()
-    cert = _issue(
-        subject=_name(ident.common_name, ident.organizations),
-        key=key,
-        ca_key=ca_key,
-        ca_cert=ca_cert,
-        client=True,
+    return _issue_pair(
+        directory, ident.stem, _name(ident.common_name, ident.organizations),
+        ca=_load_ca(directory), client=True,
     )
-    _write_key(key_path, key)
-    _write_cert(cert_path, cert)
-    return cert_path, key_path
 
 
 def ensure_serving(
@@ -232,20 +227,10 @@ def ensure_serving(
             have = ((), ())
         if have == (names, ips):
             return cert_path, key_path
-    ca_key, ca_cert = _load_ca(directory)
-    key = _key()
-    cert = _issue(
-        subject=_name(common_name),
-        key=key,
-        ca_key=ca_key,
-        ca_cert=ca_cert,
-        server_names=names,
-        server_ips=ips,
-        server=True,
+    return _issue_pair(
+        directory, stem, _name(common_name), ca=_load_ca(directory),
+        server_names=names, server_ips=ips, server=True,
     )
-    _write_key(key_path, key)
-    _write_cert(cert_path, cert)
-    return cert_path, key_path
 
 
 def node_identity(node: str) -> ClientIdentity:

@@ -70,6 +70,16 @@ _SPEC_OPTION = click.option(
     f"Env: {wire.SPEC_ENV}.",
 )
 
+_LOG_FILE_OPTION = click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=wire.ENGINE_LOG_FILE,
+    show_default=True,
+    envvar="AGENTRL_ENGINE_LOG",
+    help="The engine's log: launch tees SGLang's output into it, the watchdog tails it. "
+    "Env: AGENTRL_ENGINE_LOG.",
+)
+
 
 @click.group(cls=_EngineGroup, name="engine")
 def engine() -> None:
@@ -86,14 +96,7 @@ def engine() -> None:
     show_default=True,
     help="SGLang's --port when the flags are built from --spec.",
 )
-@click.option(
-    "--log-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=wire.ENGINE_LOG_FILE,
-    show_default=True,
-    envvar="AGENTRL_ENGINE_LOG",
-    help="Where the engine log is teed (the watchdog tails it). Env: AGENTRL_ENGINE_LOG.",
-)
+@_LOG_FILE_OPTION
 @click.option(
     "--log-max-bytes",
     type=click.IntRange(min=1),
@@ -140,13 +143,7 @@ def launch(
 @engine.group(invoke_without_command=True)
 @_SPEC_OPTION
 @click.option("--engine-url", default=f"http://127.0.0.1:{wire.ENGINE_PORT}")
-@click.option(
-    "--log-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=wire.ENGINE_LOG_FILE,
-    show_default=True,
-    envvar="AGENTRL_ENGINE_LOG",
-)
+@_LOG_FILE_OPTION
 @click.option(
     "--engine-cmdline",
     default=None,
