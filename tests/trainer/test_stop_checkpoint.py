@@ -74,7 +74,10 @@ async def _run(
     hang: int | None = None,
     stop: StopRequest | None = None,
     concurrency: int = 4,
+    signal_after: int | None = None,
 ) -> tuple[TrainingDriver, _Backend, TaskStream]:
+    """``signal_after``: send this process SIGTERM once the driver has recorded that many steps
+    (between steps: with ``hang`` nothing else finishes, so the driver is then waiting)."""
     stream = TaskStream(
         TaskOrder(TASKS, SEED), cursor=state.task_cursor, pending=state.pending_positions
     )
@@ -93,12 +96,22 @@ async def _run(
         concurrency=concurrency,
         stop=stop,
     )
+
+    async def signal_when_done() -> None:
+        while len(driver.records) < (signal_after or 0):
+            await asyncio.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    requester = asyncio.create_task(signal_when_done()) if signal_after is not None else None
     try:
         with on_stop_signals(stop) as installed:
             assert installed  # pytest runs the test's event loop on the main thread
             await asyncio.wait_for(driver.run(), timeout=10)
     finally:
         await scheduler.cancel()
+        if requester is not None:
+            requester.cancel()
+            await asyncio.gather(requester, return_exceptions=True)
     return driver, backend, stream
 
 
@@ -154,15 +167,11 @@ async def test_a_stop_between_steps_abandons_the_wait_and_keeps_in_flight_tasks_
     tmp_path: Path,
 ) -> None:
     stop = StopRequest()
-
-    async def request_later() -> None:
-        await asyncio.sleep(0.2)  # step 1 is done; the next group's episodes never finish
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    requester = asyncio.create_task(request_later())
-    # episodes 0 and 1 (the first group) finish, every later one hangs
-    _, backend, stream = await _run(tmp_path, max_steps=8, state=DriverState(), hang=2, stop=stop)
-    await requester
+    # episodes 0 and 1 (the first group) finish, every later one hangs; the signal comes once
+    # step 1 is recorded, while the driver waits for a batch that never completes
+    _, backend, stream = await _run(
+        tmp_path, max_steps=8, state=DriverState(), hang=2, stop=stop, signal_after=1
+    )
     assert stop.requested and len(backend.steps) == 1
     saved = CheckpointStore(tmp_path).load(_Backend(stream))
     assert saved is not None and saved.step == 1

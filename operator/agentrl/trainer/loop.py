@@ -213,6 +213,9 @@ class TrajectorySource(Protocol):
 
     def trajectories(self) -> object: ...
 
+    def stop(self) -> None:
+        """Start no more episodes (running ones go on until cancelled)."""
+
     async def cancel(self) -> None: ...
 
 
@@ -320,12 +323,23 @@ class TrainingDriver:
                 if self.evaluation is not None:
                     self.evaluation.maybe_start(self.state.step)
         except asyncio.CancelledError:
+            self.source.stop()
             self._checkpoint_if_new()
             if self.evaluation is not None:
                 await self.evaluation.cancel()
             raise
         finally:
             self.state.elapsed_seconds = time.monotonic() - started
+        await self._end()
+        return self.state
+
+    async def _end(self) -> None:
+        """After the last step: checkpoint it; then cancel the held-out evaluation on a stop,
+        else await it."""
+        if self.stopped:
+            # no episode starts after the stop, so the checkpoint's cursor and pending tasks
+            # are final (the caller cancels the running ones)
+            self.source.stop()
         self._checkpoint_if_new()
         if self.stopped:
             log.warning(
@@ -339,7 +353,6 @@ class TrainingDriver:
                 await self.evaluation.cancel()
         elif self.evaluation is not None:  # training is over: nothing waits behind it
             await self.evaluation.finish(self.state.step)
-        return self.state
 
     async def _next_or_stop(self, iterator: object) -> Trajectory | None:
         """The next finished trajectory, or None once a stop is requested (the wait for it is
