@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.factories import make_job
+from tests.factories import make_job, sandbox_pods_of
 
 from agentrl.api import AgentRLJob
 from agentrl.api.rollout import TerminalClass
@@ -39,7 +39,6 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.scheduler import RolloutScheduler
-from agentrl.rollout.tasks.cli import applied_sandbox_pods
 from agentrl.rollout.tasks.model import NamedTestsVerification, Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox.kubernetes import (
@@ -178,8 +177,9 @@ async def test_a_thousand_episodes_never_hold_more_live_sandbox_pods_than_the_co
     namespace = kubectl.namespace or "default"
     kubectl.apply(JOB.manifest())
     job = AgentRLJob.model_validate(kubectl.json("get", "arj", "inv"))
-    # the pod template the operator wrote into the job's runtime.yaml (as the workers get it)
-    pods = applied_sandbox_pods("inv", namespace, kubeconfig=str(cluster.kubeconfig))
+    # the pod template the operator's builder writes into the job's runtime.yaml, as the
+    # workers get it (no operator runs here: the scheduler is told the concurrency directly)
+    pods = sandbox_pods_of(job)
     # every sandbox pod of the job carries these (docs/operations.md); written out, not derived
     labels = {"agentrl.dev/job": "inv", "app.kubernetes.io/component": "sandbox"}
     provider = KubernetesProvider(
