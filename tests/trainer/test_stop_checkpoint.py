@@ -65,6 +65,13 @@ class _Runner:
         return make_trajectory(group_id, float(n % 2 == 0), version=policy_version, n=n)
 
 
+async def _signal_after_steps(driver: TrainingDriver, steps: int) -> None:
+    """SIGTERM to this process once ``driver`` has recorded ``steps`` steps."""
+    while len(driver.records) < steps:
+        await asyncio.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 async def _run(
     root: Path,
     *,
@@ -96,13 +103,11 @@ async def _run(
         concurrency=concurrency,
         stop=stop,
     )
-
-    async def signal_when_done() -> None:
-        while len(driver.records) < (signal_after or 0):
-            await asyncio.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    requester = asyncio.create_task(signal_when_done()) if signal_after is not None else None
+    requester = (
+        asyncio.create_task(_signal_after_steps(driver, signal_after))
+        if signal_after is not None
+        else None
+    )
     try:
         with on_stop_signals(stop) as installed:
             assert installed  # pytest runs the test's event loop on the main thread

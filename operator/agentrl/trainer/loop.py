@@ -323,8 +323,7 @@ class TrainingDriver:
                 if self.evaluation is not None:
                     self.evaluation.maybe_start(self.state.step)
         except asyncio.CancelledError:
-            self.source.stop()
-            self._checkpoint_if_new()
+            self._stop_and_checkpoint()
             if self.evaluation is not None:
                 await self.evaluation.cancel()
             raise
@@ -334,25 +333,29 @@ class TrainingDriver:
         return self.state
 
     async def _end(self) -> None:
-        """After the last step: checkpoint it; then cancel the held-out evaluation on a stop,
-        else await it."""
-        if self.stopped:
-            # no episode starts after the stop, so the checkpoint's cursor and pending tasks
-            # are final (the caller cancels the running ones)
-            self.source.stop()
+        """After the last step: checkpoint it; then await the held-out evaluation, or on a
+        stop cancel it."""
+        if not self.stopped:
+            self._checkpoint_if_new()
+            if self.evaluation is not None:  # training is over: nothing waits behind it
+                await self.evaluation.finish(self.state.step)
+            return
+        self._stop_and_checkpoint()
+        log.warning(
+            "stopped (%s) after step %d; checkpoint at step %d, %d tasks pending",
+            self.stop.reason if self.stop is not None else None,
+            self.state.step,
+            self._last_checkpoint,
+            len(self.state.pending_positions),
+        )
+        if self.evaluation is not None:  # the grace period is for the checkpoint
+            await self.evaluation.cancel()
+
+    def _stop_and_checkpoint(self) -> None:
+        """On a stop or cancellation: the source starts no more episodes, so the checkpoint's
+        cursor and pending tasks are final (the caller cancels the running ones)."""
+        self.source.stop()
         self._checkpoint_if_new()
-        if self.stopped:
-            log.warning(
-                "stopped (%s) after step %d; checkpoint at step %d, %d tasks pending",
-                self.stop.reason if self.stop is not None else None,
-                self.state.step,
-                self._last_checkpoint,
-                len(self.state.pending_positions),
-            )
-            if self.evaluation is not None:  # the grace period is for the checkpoint
-                await self.evaluation.cancel()
-        elif self.evaluation is not None:  # training is over: nothing waits behind it
-            await self.evaluation.finish(self.state.step)
 
     async def _next_or_stop(self, iterator: object) -> Trajectory | None:
         """The next finished trajectory, or None once a stop is requested (the wait for it is
