@@ -1,17 +1,30 @@
 """The pieces only an accelerator runs, on one GPU, as ONE JSON line (prepared for a lent
-accelerator; NOT run in this repository's CI; its CPU part runs in the unit tests).
+accelerator; NOT run in this repository's CI; its CPU part runs in the unit tests). Budgeted
+for 8 minutes on one H200: no throughput case starts after ``--budget-s`` (420 s by default);
+not yet run on a GPU in this form.
 
     python bench/device/megatron_one_step.py [--layers 2 --hidden 256 --heads 4 --kv-heads 2
-        --vocab 1024 --seq 512 --trajectories 8 --steps 2 --experts 0]
+        --vocab 1024 --seq 512 --trajectories 8 --steps 2 --experts 0
+        --bench-shapes 0.6b,1.7b --bench-tokens 4096,16384 --budget-s 420]
     python bench/device/megatron_one_step.py --cpu      # what a host without a GPU can check
 
+0. **Logprob parity with transformers** (``parity``) — tiny Qwen3 and Qwen3-MoE models made by
+   transformers with random weights and saved (``config.json`` as transformers 5 writes it, and
+   rewritten in the old style: top-level ``rope_theta``, ``num_experts``); the megatron backend
+   built from each directory scores the same trajectories (three, packed into one micro-batch:
+   :meth:`~agentrl.trainer.megatron_backend.MegatronBackend.score`) as transformers does, in
+   fp32 and bf16; max and mean absolute logprob differences per case.
 1. **megatron-core steps** — :class:`agentrl.trainer.megatron_backend.MegatronBackend` driven as
    the trainer pod drives it on rank 0, world size 1 (TP=PP=CP=EP=1), nccl: a GPTModel built from
    a Qwen2-shaped ``config.json`` written here (``--experts N``: Qwen3-MoE-shaped), random
    weights, trajectories with random token ids, a loss mask over the second half and engine
-   logprobs near the model's own, then ``train_step`` (logprob recomputation and
-   distributed-optimizer updates on the clipped, importance-corrected GRPO loss), a
-   ``torch_dist`` checkpoint save and load (weights and step counter compared) and the HF export.
+   logprobs near the model's own, then ``--steps`` ``train_step`` calls (logprob recomputation
+   and distributed-optimizer updates on the clipped, importance-corrected GRPO loss); a
+   ``torch_dist`` checkpoint save, one more step, a load (weights bit-equal to the saved ones,
+   step counter restored) and the same step again (``resume_bit_equal``: the resumed step gives
+   the same weights as the first time, so the optimizer state came back too); an SFT step
+   (``sft``: the token-mean NLL of the loss tokens through the same forward, compared with the
+   scored logprobs before it); the HF export.
 2. **The distributed weight push** — :class:`~agentrl.trainer.weight_sync.DistributedWeightSync`
    streams the model (``MegatronBackend.named_tensors``: names, dtypes and shapes announced,
    then tensor by tensor) into a tiny engine in a **separate process** that joins the weight
@@ -25,10 +38,17 @@ accelerator; NOT run in this repository's CI; its CPU part runs in the unit test
    not prove: NCCL/RCCL as the weight group's transport (that needs a second GPU).
 3. **One torch-backend step** — :class:`agentrl.trainer.torch_backend.TorchBackend` on the tiny
    policy (CPU, as ``agentrl run`` trains it).
+4. **Throughput** (``throughput``) — Qwen3-0.6B- and Qwen3-1.7B-shaped models (random weights,
+   bf16, SDPA attention, packed micro-batches, activation recompute above 8k tokens) taking GRPO
+   steps on one trajectory of 4k and of 16k tokens: tokens/s and model TFLOP/s under the
+   convention of :data:`FLOPS_CONVENTION` (:func:`model_flops`), peak memory. Cases that would
+   start after ``--budget-s`` seconds are listed as skipped.
 
 ``--cpu`` runs the same script without a GPU: gloo instead of nccl, float32, no megatron step
-(megatron-core's forward needs CUDA) — model build, checkpoint round trip, export, the push to
-the receiver process and the torch step. Requires the ``megatron`` and ``training`` extras.
+(megatron-core's schedules and gradient buffers need CUDA) — the parity check (megatron's
+forward runs on the CPU once its "current CUDA device" is answered with the CPU), model build,
+checkpoint round trip, export, the push to the receiver process and the torch step. Requires the
+``megatron`` and ``training`` extras and transformers.
 """
 
 from __future__ import annotations
@@ -208,6 +228,77 @@ def torch_backend_step() -> dict[str, Any]:
     }
 
 
+#: How the TFLOP/s figures count work: per trained token, 2 FLOPs per parameter for the logprob
+#: recomputation's forward and 6 for the update's forward and backward.
+FLOPS_CONVENTION = (
+    "model FLOPs = 8 x parameters x tokens per GRPO step (2 for the logprob recompute forward "
+    "+ 6 for the update's forward and backward; attention's L^2 term and activation recompute "
+    "not counted), over the step's recompute + update seconds; parameters = every parameter "
+    "of the built model, a tied embedding once"
+)
+#: Model shapes of the throughput cases (Qwen3's published sizes; random weights).
+BENCH_SHAPES: dict[str, dict[str, Any]] = {
+    "0.6b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "num_hidden_layers": 28,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "rope_theta": 1000000.0,
+    },
+    "1.7b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "num_hidden_layers": 28,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "rope_theta": 1000000.0,
+    },
+}
+#: Top-level keys of the JSON line (both modes).
+RESULT_KEYS = frozenset(
+    {
+        "mode", "device", "model", "parity", "steps", "checkpoint_restored_weights",
+        "checkpoint_restored_iteration", "resume_bit_equal", "sft", "exported_files", "push",
+        "torch_step", "throughput", "flops_convention", "seconds", "init",
+    }
+)  # fmt: skip
+#: Parity tolerances on the max absolute logprob difference (fp32) and the mean one (bf16).
+PARITY_FP32_MAX = 1e-4
+PARITY_BF16_MEAN = 0.05
+
+
+def model_flops(params: int, tokens: int) -> float:
+    """FLOPs of one GRPO step on ``tokens`` tokens under :data:`FLOPS_CONVENTION`."""
+    return 8.0 * params * tokens
+
+
+def tflops_per_second(params: int, tokens: int, seconds: float) -> float:
+    """Model TFLOP/s of a step that took ``seconds``."""
+    return model_flops(params, tokens) / seconds / 1e12 if seconds > 0 else 0.0
+
+
+def dense_params(config: dict[str, Any]) -> int:
+    """Parameters of a dense Qwen3-style model from its config (q/k norms, no biases, SwiGLU;
+    a tied embedding counted once)."""
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    d = config.get("head_dim") or h // heads
+    ffn, vocab = config["intermediate_size"], config["vocab_size"]
+    attention = h * heads * d + 2 * h * kv * d + heads * d * h + 2 * d  # q, k, v, o, q/k norms
+    per_layer = attention + 3 * h * ffn + 2 * h  # gate, up, down; two RMSNorms
+    embeddings = vocab * h * (1 if config.get("tie_word_embeddings") else 2)
+    return layers * per_layer + embeddings + h  # + final norm
+
+
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {
         "architectures": ["Qwen2ForCausalLM"],
@@ -229,20 +320,23 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def _samples(args: argparse.Namespace) -> list[Any]:
+def _samples(
+    args: argparse.Namespace, *, seq: int | None = None, count: int | None = None, seed: int = 0
+) -> list[Any]:
     from agentrl.api.rollout import ClassAction, TerminalClass
     from agentrl.rollout.trajectory import Trajectory
     from agentrl.trainer.batching import TrainSample
 
-    rng = random.Random(0)
-    half = args.seq // 2
+    rng = random.Random(seed)
+    length = seq or args.seq
+    half = length // 2
     samples = []
-    for i in range(args.trajectories):
-        ids = [rng.randrange(args.vocab) for _ in range(args.seq)]
-        mask = [0] * half + [1] * (args.seq - half)
+    for i in range(count or args.trajectories):
+        ids = [rng.randrange(args.vocab) for _ in range(length)]
+        mask = [0] * half + [1] * (length - half)
         # Engine logprobs near the model's (uniform-ish at random init): log(1/V) ± noise.
         lps = [0.0] * half + [
-            -math.log(args.vocab) + rng.gauss(0, 0.05) for _ in range(args.seq - half)
+            -math.log(args.vocab) + rng.gauss(0, 0.05) for _ in range(length - half)
         ]
         trajectory = Trajectory(
             episode_id=f"e{i}",
@@ -262,7 +356,199 @@ def _samples(args: argparse.Namespace) -> list[Any]:
     return samples
 
 
-def main() -> None:
+# -- parity with transformers -------------------------------------------------------------------
+
+PARITY_SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rope_theta": 1000000.0,
+}
+PARITY_MOE = {
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "norm_topk_prob": True,
+}
+PARITY_LENGTHS = (200, 57, 128)
+
+
+def _write_hf_model(directory: Path, *, moe: bool, old_style: bool) -> Any:
+    """A transformers model with random weights saved in ``directory`` (``config.json`` as
+    transformers 5 writes it, or rewritten in the old style); returns the model."""
+    import transformers
+
+    torch.manual_seed(0)
+    if moe:
+        model = transformers.Qwen3MoeForCausalLM(
+            transformers.Qwen3MoeConfig(**PARITY_SHAPE, **PARITY_MOE)
+        )
+    else:
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**PARITY_SHAPE))
+    model.eval().save_pretrained(directory)
+    if old_style:
+        path = directory / "config.json"
+        data = json.loads(path.read_text())
+        data["rope_theta"] = data.pop("rope_parameters")["rope_theta"]
+        if moe:
+            data["num_experts"] = data.pop("num_local_experts")
+        path.write_text(json.dumps(data))
+    return model
+
+
+def _parity_samples() -> list[Any]:
+    """Trajectories scored on every token after the first."""
+    args = argparse.Namespace(vocab=PARITY_SHAPE["vocab_size"], seq=0, trajectories=0)
+    out: list[Any] = []
+    for i, n in enumerate(PARITY_LENGTHS):
+        (sample,) = _samples(args, seq=n, count=1, seed=i)
+        t = sample.trajectory
+        mask = [0] + [1] * (n - 1)
+        out.append(
+            sample.model_copy(
+                update={
+                    "trajectory": t.model_copy(
+                        update={"loss_mask": mask, "logprobs": [0.0, *t.logprobs[1:]]}
+                    )
+                }
+            )
+        )
+    return out
+
+
+def _reference_logprobs(model: Any, samples: list[Any], device: str) -> list[torch.Tensor]:
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            ids = torch.tensor([s.trajectory.token_ids], device=device)
+            logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+            out.append(logp[torch.arange(ids.shape[1] - 1), ids[0, 1:]].cpu())
+    return out
+
+
+def parity(spec: Any, work: Path, *, gpu: bool) -> list[dict[str, Any]]:
+    """Logprobs of the megatron backend against transformers for the same weights."""
+    from agentrl.trainer.hf_config import read_hf_config
+    from agentrl.trainer.megatron_backend import MegatronBackend
+
+    device = "cuda" if gpu else "cpu"
+    samples = _parity_samples()
+    cases = []
+    for moe in (False, True):
+        for old_style in (False, True):
+            directory = work / f"parity-{'moe' if moe else 'dense'}-{int(old_style)}"
+            directory.mkdir()
+            model = _write_hf_model(directory, moe=moe, old_style=old_style)
+            hf = read_hf_config(directory)
+            for dtype in (torch.float32, torch.bfloat16):
+                backend = MegatronBackend(
+                    hf, spec, temperature=1.0, model_dir=directory, params_dtype=dtype
+                )
+                got = backend.score(samples)
+                want = _reference_logprobs(model.to(device, dtype), samples, device)
+                diff = torch.cat([(g - w).abs() for g, w in zip(got, want, strict=True)])
+                max_diff, mean_diff = float(diff.max()), float(diff.mean())
+                ok = (
+                    max_diff < PARITY_FP32_MAX
+                    if dtype == torch.float32
+                    else mean_diff < PARITY_BF16_MEAN
+                )
+                cases.append(
+                    {
+                        "model": hf.architecture,
+                        "config": "old-style" if old_style else "transformers5",
+                        "dtype": "fp32" if dtype == torch.float32 else "bf16",
+                        "rope_theta": hf.rope_theta,
+                        "experts": hf.num_experts,
+                        "tokens": int(diff.numel()),
+                        "max_abs_diff": max_diff,
+                        "mean_abs_diff": mean_diff,
+                        "ok": ok,
+                    }
+                )
+                del backend
+                if gpu:
+                    torch.cuda.empty_cache()
+            model.to("cpu", torch.float32)
+    return cases
+
+
+# -- throughput ---------------------------------------------------------------------------------
+
+
+def throughput(
+    spec: Any, work: Path, shapes: list[str], tokens: list[int], deadline: float
+) -> list[dict[str, Any]]:
+    """GRPO steps of bench-shaped models on one trajectory of each length: tokens/s, TFLOP/s."""
+    from agentrl.trainer.hf_config import read_hf_config
+    from agentrl.trainer.megatron_backend import MegatronBackend
+
+    cases: list[dict[str, Any]] = []
+    for shape in shapes:
+        if time.monotonic() > deadline:
+            cases += [{"shape": shape, "tokens": n, "skipped": "budget"} for n in tokens]
+            continue
+        config = {**BENCH_SHAPES[shape], "max_position_embeddings": max(tokens)}
+        directory = work / f"bench-{shape}"
+        directory.mkdir()
+        (directory / "config.json").write_text(json.dumps(config))
+        start = time.monotonic()
+        backend = MegatronBackend(
+            read_hf_config(directory),
+            spec,
+            temperature=1.0,
+            model_dir=directory,
+            params_dtype=torch.bfloat16,
+        )
+        build_s = time.monotonic() - start
+        params = sum(p.numel() for p in backend.model.parameters())
+        vocab = argparse.Namespace(vocab=config["vocab_size"], seq=0, trajectories=0)
+        for n in tokens:
+            if time.monotonic() > deadline:
+                cases.append({"shape": shape, "tokens": n, "skipped": "budget"})
+                continue
+            samples = _samples(vocab, seq=n, count=1)
+            torch.cuda.reset_peak_memory_stats()
+            backend.train_step(samples)  # warm-up (allocations, kernels)
+            torch.cuda.synchronize()
+            stats = backend.train_step(samples)
+            torch.cuda.synchronize()
+            seconds = stats.recompute_seconds + stats.update_seconds
+            cases.append(
+                {
+                    "shape": shape,
+                    "params": params,
+                    "params_by_formula": dense_params(config),
+                    "tokens": n,
+                    "build_s": round(build_s, 2),
+                    "step_s": round(seconds, 4),
+                    "recompute_s": round(stats.recompute_seconds, 4),
+                    "update_s": round(stats.update_seconds, 4),
+                    "tokens_per_s": round(n / seconds, 1) if seconds else 0.0,
+                    "model_tflops_per_s": round(tflops_per_second(params, n, seconds), 2),
+                    "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+                    "loss_finite": math.isfinite(stats.loss),
+                }
+            )
+        del backend
+        torch.cuda.empty_cache()
+    return cases
+
+
+# -- the script ---------------------------------------------------------------------------------
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=256)
@@ -282,13 +568,55 @@ def main() -> None:
         "clip fraction (printed per step) shows the PPO clip acting on a GPU",
     )
     parser.add_argument(
+        "--parity",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="logprob parity with transformers (dense and MoE, fp32 and bf16, both config styles)",
+    )
+    parser.add_argument(
+        "--bench-shapes",
+        type=_csv,
+        default=_csv("0.6b,1.7b"),
+        help=f"throughput model shapes, of {', '.join(BENCH_SHAPES)} ('' for none; GPU only)",
+    )
+    parser.add_argument(
+        "--bench-tokens",
+        type=lambda t: [int(x) for x in _csv(t)],
+        default=[4096, 16384],
+        help="trajectory lengths of the throughput cases",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="throughput cases that would start later than this (seconds from the start) are "
+        "skipped",
+    )
+    parser.add_argument(
         "--cpu",
         "--dry-run",
         dest="cpu",
         action="store_true",
         help="no GPU: gloo, float32, no megatron step; everything else as on the GPU",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.bench_shapes if s not in BENCH_SHAPES]
+    if unknown:
+        parser.error(f"--bench-shapes: unknown {unknown}; known: {sorted(BENCH_SHAPES)}")
+    return args
+
+
+def _params(backend: Any) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in backend.model.named_parameters()}
+
+
+def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    started = time.monotonic()
 
     from agentrl.api.trainer import TrainerSpec
     from agentrl.trainer.hf_config import read_hf_config
@@ -297,6 +625,10 @@ def main() -> None:
     gpu = not args.cpu
     if gpu:
         torch.cuda.set_device(0)
+    else:
+        # megatron-core 0.16's rotary embedding moves its frequencies to "the current CUDA
+        # device" at the first forward: on a host without one, that is the CPU.
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
     torch.distributed.init_process_group(
         "nccl" if gpu else "gloo",
         init_method=f"tcp://127.0.0.1:{_free_port()}",
@@ -311,8 +643,17 @@ def main() -> None:
             "algorithm": {"miniBatches": args.mini_batches},
         }
     )
-    initialize_parallel(spec)
+    init = initialize_parallel(spec)
     work = Path(tempfile.mkdtemp(prefix="megatron-one-step-"))
+    result: dict[str, Any] = {
+        "mode": "gpu" if gpu else "cpu",
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+        "model": _config(args)["architectures"][0],
+        "init": init.model_dump(),
+        "flops_convention": FLOPS_CONVENTION,
+    }
+    result["parity"] = parity(spec, work, gpu=gpu) if args.parity else []
+
     (work / "hf").mkdir()
     (work / "hf" / "config.json").write_text(json.dumps(_config(args)))
     backend = MegatronBackend(
@@ -322,15 +663,9 @@ def main() -> None:
         model_dir=work / "hf",
         params_dtype=torch.bfloat16 if gpu else torch.float32,
     )
-    result: dict[str, Any] = {
-        "mode": "gpu" if gpu else "cpu",
-        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
-        "model": _config(args)["architectures"][0],
-    }
-
+    samples = _samples(args)
     steps = []
     if gpu:
-        samples = _samples(args)
         for _ in range(args.steps):
             torch.cuda.synchronize()
             stats = backend.train_step(samples)
@@ -348,23 +683,54 @@ def main() -> None:
             )
         result["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     result["steps"] = steps
-    before = {k: v.detach().clone() for k, v in backend.model.named_parameters()}
+    saved = _params(backend)
     backend.save_state(work / "ckpt")
-    with torch.no_grad():
-        for p in backend.model.parameters():
-            p.add_(1.0)
     iteration = backend.iteration
-    backend.iteration = 0
+    after_one_more: dict[str, torch.Tensor] | None = None
+    if gpu:
+        backend.train_step(samples)  # moves the weights and the optimizer state on
+        after_one_more = _params(backend)
+    else:
+        with torch.no_grad():
+            for p in backend.model.parameters():
+                p.add_(1.0)
+        backend.iteration = 0
     backend.load_state(work / "ckpt")
-    result["checkpoint_restored_weights"] = all(
-        torch.equal(p, before[n]) for n, p in backend.model.named_parameters()
-    )
+    result["checkpoint_restored_weights"] = _equal(_params(backend), saved)
     result["checkpoint_restored_iteration"] = backend.iteration == iteration == len(steps)
+    result["resume_bit_equal"] = None
+    result["sft"] = None
+    if gpu and after_one_more is not None:
+        backend.train_step(samples)  # the same step from the restored state
+        result["resume_bit_equal"] = _equal(_params(backend), after_one_more)
+        result["resume_iteration"] = backend.iteration == iteration + 1
+        scored = backend.score(samples)
+        nll = -float(torch.cat(scored).mean())
+        sft_losses = [backend.sft_step(samples) for _ in range(2)]
+        result["sft"] = {
+            "losses": sft_losses,
+            "nll_before": nll,
+            "matches_score": abs(sft_losses[0] - nll) < 1e-2 * max(1.0, abs(nll)),
+            "finite": all(math.isfinite(x) for x in sft_losses),
+        }
     backend.export_weights(work / "export")
     result["exported_files"] = sorted(p.name for p in (work / "export").iterdir())
     result["push"] = push_to_receiver(backend, work / "export", work)
+    del backend
+    if gpu:
+        torch.cuda.empty_cache()
+        deadline = started + args.budget_s
+        one_update = spec.model_copy(
+            update={"algorithm": spec.algorithm.model_copy(update={"mini_batches": 1})}
+        )  # one trajectory per step: one mini-batch
+        result["throughput"] = throughput(
+            one_update, work, args.bench_shapes, args.bench_tokens, deadline
+        )
+    else:
+        result["throughput"] = []
     torch.distributed.destroy_process_group()
     result["torch_step"] = torch_backend_step()
+    result["seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(result))
 
 

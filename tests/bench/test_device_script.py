@@ -1,13 +1,16 @@
 """``bench/device/megatron_one_step.py --cpu``: the device script's CPU-checkable part runs here
-(a MoE model built, checkpointed and exported, the distributed push into a receiver process,
-one torch-backend step) and prints the one JSON line the GPU run prints."""
+(logprob parity with transformers, a MoE model built, checkpointed and exported, the distributed
+push into a receiver process, one torch-backend step) and prints the one JSON line the GPU run
+prints; its pure parts (command line, FLOP arithmetic, parameter counts) are checked by hand."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +21,63 @@ from agentrl.tiny.tokenizer import get_tokenizer
 pytestmark = pytest.mark.slow  # a subprocess that imports megatron-core and spawns a receiver
 
 SCRIPT = Path("bench/device/megatron_one_step.py")
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("megatron_one_step", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_line_defaults_and_choices() -> None:
+    script = _script()
+    args = script.parse_args([])
+    assert args.bench_shapes == ["0.6b", "1.7b"]
+    assert args.bench_tokens == [4096, 16384]
+    assert args.parity is True and args.cpu is False
+    assert args.budget_s == 420.0
+    other = script.parse_args(
+        ["--no-parity", "--bench-shapes", "", "--bench-tokens", "1024, 2048", "--cpu"]
+    )
+    assert other.parity is False and other.bench_shapes == [] and other.cpu is True
+    assert other.bench_tokens == [1024, 2048]
+    with pytest.raises(SystemExit):
+        script.parse_args(["--bench-shapes", "7b"])
+
+
+def test_model_flops_are_eight_per_parameter_per_token() -> None:
+    script = _script()
+    assert script.model_flops(1_000_000, 4096) == 32_768_000_000.0
+    # 1.7e9 parameters, 16384 tokens in one second: 8 × 1.7e9 × 16384 = 2.228224e14 FLOP/s.
+    assert script.tflops_per_second(1_700_000_000, 16384, 1.0) == pytest.approx(222.8224)
+    assert script.tflops_per_second(10, 10, 0.0) == 0.0
+    assert "8 x parameters x tokens" in script.FLOPS_CONVENTION
+
+
+def test_the_0_6b_shape_has_qwen3_0_6bs_parameter_count_worked_out_by_hand() -> None:
+    script = _script()
+    # Per layer: q 1024×2048, k and v 1024×1024 each, o 2048×1024, q/k norms 2×128,
+    # gate/up/down 3×1024×3072, two RMSNorms 2×1024.
+    per_layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 256 + 3 * 1024 * 3072 + 2048
+    assert per_layer == 15_730_944
+    # 28 layers (0.44B: Qwen3-0.6B's published non-embedding count), tied embedding, final norm.
+    total = 28 * per_layer + 151936 * 1024 + 1024
+    assert script.dense_params(script.BENCH_SHAPES["0.6b"]) == total == 596_049_920
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_parameter_formula_agrees_with_transformers(tied: bool) -> None:
+    transformers = pytest.importorskip("transformers")
+    script = _script()
+    shape = {
+        "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": 100, "tie_word_embeddings": tied,
+    }  # fmt: skip
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**shape))
+    assert script.dense_params(shape) == model.num_parameters()
 
 
 def test_the_cpu_mode_pushes_every_tensor_and_takes_a_torch_step() -> None:
@@ -32,7 +92,22 @@ def test_the_cpu_mode_pushes_every_tensor_and_takes_a_torch_step() -> None:
     result = json.loads(lines[0])
 
     assert result["mode"] == "cpu"
+    assert result.keys() >= _script().RESULT_KEYS
     assert result["model"] == "Qwen3MoeForCausalLM"
+    assert result["init"]["moe_te_gemm_patched"] is True
+    # Parity: dense and MoE, both config styles, fp32 and bf16, all with the 1e6 RoPE base.
+    parity = result["parity"]
+    assert len(parity) == 8 and all(case["ok"] for case in parity)
+    assert {(c["model"], c["config"], c["dtype"]) for c in parity} == {
+        (m, c, d)
+        for m in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+        for c in ("transformers5", "old-style")
+        for d in ("fp32", "bf16")
+    }
+    assert all(c["rope_theta"] == 1e6 for c in parity)
+    assert all(c["max_abs_diff"] < 1e-4 for c in parity if c["dtype"] == "fp32")
+    assert [c["experts"] for c in parity if c["model"] == "Qwen3MoeForCausalLM"] == [8] * 4
+    assert result["throughput"] == [] and result["resume_bit_equal"] is None
     assert result["steps"] == []  # megatron-core steps only on a GPU
     assert result["checkpoint_restored_weights"] is True
     assert result["checkpoint_restored_iteration"] is True

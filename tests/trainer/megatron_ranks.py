@@ -116,3 +116,34 @@ def run_rank(
 
         parallel_state.destroy_model_parallel()
         torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def open_world(parallelism: dict[str, int] | None = None) -> Any:
+    """A one-rank gloo world with megatron started on it
+    (:func:`agentrl.trainer.megatron_backend.initialize_parallel`); returns its
+    :class:`~agentrl.trainer.megatron_init.InitReport`. Close with :func:`close_world`."""
+    from agentrl.api.trainer import TrainerSpec
+    from agentrl.trainer.megatron_backend import initialize_parallel
+
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    spec = TrainerSpec.model_validate(
+        {"backend": "megatron", "gpusPerNode": 1, "parallelism": parallelism or {}}
+    )
+    return initialize_parallel(spec)
+
+
+def close_world() -> None:
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    torch.distributed.destroy_process_group()

@@ -1,5 +1,14 @@
 """The model's Hugging Face ``config.json`` read into the shape megatron-core builds from.
 
+:func:`read_hf_config` reads it as transformers does (``AutoConfig``, when transformers is
+installed and knows the ``model_type``), else from the JSON, in both cases with the key changes
+of transformers 5 resolved (:func:`normalise_hf_dict`): the RoPE base in
+``rope_parameters["rope_theta"]`` (a file written by transformers 5 has no top-level
+``rope_theta``), Qwen3-MoE's experts as ``num_local_experts``, ``head_dim`` absent meaning
+``hidden_size / num_attention_heads``, ``architectures`` absent meaning the ``model_type``'s
+causal LM. :func:`expected_model_fields` and :func:`compare_model_fields` are the start-up check
+that the model megatron built has the HF config's shape, field by field.
+
 :class:`HFModelConfig` keeps the fields of the decoder-only families the megatron backend builds
 (Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE): layers, hidden size, heads, key/value heads (GQA),
 FFN size, vocabulary, RoPE, norms, and the MoE fields when the architecture has experts.
@@ -8,8 +17,9 @@ FFN size, vocabulary, RoPE, norms, and the MoE fields when the architecture has 
 parallel layout the model cannot be split into); :func:`optimizer_config_kwargs` turns
 ``spec.trainer.optimizer`` into those of ``megatron.core.optimizer.OptimizerConfig``.
 
-Both are plain dicts on purpose: this module never imports megatron (or torch), so the mapping is
-tested without the ``megatron`` extra. Callers: :mod:`agentrl.trainer.megatron_backend`.
+Both are plain dicts on purpose: this module never imports megatron (or torch; transformers only
+inside :func:`read_hf_config`, when installed), so the mapping is tested without the ``megatron``
+extra. Callers: :mod:`agentrl.trainer.megatron_backend`.
 """
 
 from __future__ import annotations
@@ -36,6 +46,15 @@ SUPPORTED_ARCHITECTURES = frozenset(
         "Qwen3MoeForCausalLM",
     }
 )
+#: ``model_type`` → the causal-LM architecture (a config saved from a config class alone, as
+#: ``Qwen3Config().save_pretrained``, has no ``architectures``).
+ARCHITECTURE_OF_MODEL_TYPE = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
 
 
 class HFModelConfig(BaseModel):
@@ -90,21 +109,143 @@ class HFModelConfig(BaseModel):
         return self.num_experts is not None
 
 
+def normalise_hf_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``config.json``'s keys (written by transformers 4 or 5) as :class:`HFModelConfig`'s.
+
+    * RoPE base: ``rope_parameters["rope_theta"]`` (transformers 5), else top-level
+      ``rope_theta`` (transformers 4), else 10,000 (transformers' default);
+    * experts: ``num_experts``, else ``num_local_experts`` (what transformers 5 writes for
+      Qwen3-MoE, whose class maps one name to the other);
+    * architecture: ``architectures``, else the ``model_type``'s causal LM;
+    * a multimodal config's ``text_config`` is the language model's.
+
+    Raises:
+        ValueError: a layout the uniform megatron model cannot represent (MoE only on some
+            layers, sliding-window attention, RoPE scaling other than the default).
+    """
+    if isinstance(data.get("text_config"), dict):
+        data = {**data["text_config"], "architectures": data.get("architectures")}
+    out = dict(data)
+    rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    if theta is None:
+        theta = data.get("rope_theta")
+    out["rope_theta"] = float(theta) if theta is not None else 10_000.0
+    rope_type = None
+    if isinstance(rope, dict):
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+    experts = data.get("num_experts") or data.get("num_local_experts")
+    out["num_experts"] = experts or None
+    if not data.get("architectures"):
+        model_type = str(data.get("model_type", ""))
+        if model_type in ARCHITECTURE_OF_MODEL_TYPE:
+            out["architectures"] = [ARCHITECTURE_OF_MODEL_TYPE[model_type]]
+        else:
+            out.pop("architectures", None)
+    if out.get("head_dim") is None:
+        out.pop("head_dim", None)  # hidden_size / num_attention_heads (HFModelConfig.kv_channels)
+    problems = []
+    if rope_type not in (None, "default"):
+        problems.append(f"rope_type {rope_type!r} (only the default RoPE is built)")
+    if experts and (data.get("mlp_only_layers") or int(data.get("decoder_sparse_step") or 1) != 1):
+        problems.append("mlp_only_layers/decoder_sparse_step (experts on some layers only)")
+    if data.get("use_sliding_window"):
+        problems.append("use_sliding_window (sliding-window attention)")
+    if problems:
+        raise ValueError("config.json: not built by the megatron backend: " + "; ".join(problems))
+    return out
+
+
+def _auto_config_dict(model_dir: Path) -> dict[str, Any] | None:
+    """The config as transformers reads it (its text config), keyed for
+    :func:`normalise_hf_dict`; None when transformers is absent or does not know the model."""
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return None
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    except (ValueError, KeyError, OSError):
+        return None  # no model_type transformers knows: the JSON is read as it is
+    text = config.get_text_config()
+    data: dict[str, Any] = text.to_dict()
+    # Attributes the class maps (Qwen3-MoE: num_experts → num_local_experts) or derives.
+    for name in HFModelConfig.model_fields:
+        value = getattr(text, name, None)
+        if value is not None:
+            data[name] = value
+    rope = getattr(text, "rope_parameters", None)
+    if isinstance(rope, dict):
+        data["rope_parameters"] = rope
+    data.setdefault("architectures", getattr(config, "architectures", None))
+    return data
+
+
 def read_hf_config(model_dir: Path) -> HFModelConfig:
-    """``model_dir/config.json`` as :class:`HFModelConfig`.
+    """``model_dir/config.json`` as :class:`HFModelConfig`, read with transformers'
+    ``AutoConfig`` semantics (see :func:`normalise_hf_dict`).
 
     Raises:
         FileNotFoundError: no ``config.json`` there.
-        ValueError: an architecture the megatron backend does not build.
+        ValueError: an architecture or layout the megatron backend does not build.
     """
-    data: dict[str, Any] = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    config = HFModelConfig.model_validate(data)
+    raw: dict[str, Any] = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    data = _auto_config_dict(model_dir) or raw
+    config = HFModelConfig.model_validate(normalise_hf_dict(data))
     if config.architecture not in SUPPORTED_ARCHITECTURES:
         raise ValueError(
             f"{model_dir}/config.json: architecture {config.architecture} is not one the megatron "
             f"backend builds ({', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
         )
     return config
+
+
+def expected_model_fields(hf: HFModelConfig) -> dict[str, Any]:
+    """What the built megatron model must have, by field (the names
+    :func:`compare_model_fields` reports)."""
+    fields: dict[str, Any] = {
+        "num_layers": hf.num_hidden_layers,
+        "hidden_size": hf.hidden_size,
+        "num_attention_heads": hf.num_attention_heads,
+        "num_query_groups": hf.kv_heads,
+        "kv_channels": hf.kv_channels,
+        "ffn_hidden_size": hf.intermediate_size,
+        "layernorm_epsilon": hf.rms_norm_eps,
+        "rotary_base": hf.rope_theta,
+        "tie_word_embeddings": hf.tie_word_embeddings,
+        "vocab_size": hf.vocab_size,
+        "num_moe_experts": hf.num_experts,
+    }
+    if hf.is_moe:
+        fields["moe_ffn_hidden_size"] = hf.moe_intermediate_size or hf.intermediate_size
+        fields["moe_router_topk"] = hf.num_experts_per_tok or 1
+    return fields
+
+
+def compare_model_fields(hf: HFModelConfig, built: dict[str, Any]) -> None:
+    """Refuse a built model whose shape differs from the HF config's, naming every field.
+
+    ``built`` has :func:`expected_model_fields`'s keys, read from the model megatron built
+    (:func:`agentrl.trainer.megatron_backend.built_model_fields`). Floats (norm epsilon, RoPE
+    base) compare to a relative 1e-4: the RoPE base is read back from the rotary frequencies.
+
+    Raises:
+        ValueError: some field differs.
+    """
+    problems = []
+    for name, want in expected_model_fields(hf).items():
+        got = built.get(name)
+        if isinstance(want, float) and isinstance(got, int | float) and not isinstance(got, bool):
+            same = abs(float(got) - want) <= 1e-4 * abs(want)
+        else:
+            same = got == want
+        if not same:
+            problems.append(f"{name}: built {got!r}, config.json says {want!r}")
+    if problems:
+        raise ValueError(
+            f"the megatron model does not match {hf.architecture}'s config.json: "
+            + "; ".join(problems)
+        )
 
 
 def transformer_config_kwargs(hf: HFModelConfig, trainer: TrainerSpec) -> dict[str, Any]:

@@ -4,14 +4,17 @@ as :class:`agentrl.trainer.torch_backend.TorchBackend` (``train_step``, ``save_s
 
 What it is made of:
 
-* **Parallelism** — :func:`initialize_parallel` calls ``parallel_state.initialize_model_parallel``
-  with ``spec.trainer.parallelism`` (tensor, pipeline, context, expert) on the process group the
-  trainer pod's processes opened (:func:`agentrl.trainer.pod.run_rank`,
-  :class:`agentrl.trainer.ranks.TrainerRank`).
+* **Parallelism** — :func:`initialize_parallel` starts megatron-core as it expects
+  (:func:`agentrl.trainer.megatron_init.initialize_megatron`: device, model-parallel groups from
+  ``spec.trainer.parallelism``, seeds and the model-parallel CUDA RNG states, the MoE router's
+  fix without Transformer Engine) on the process group the trainer pod's processes opened
+  (:func:`agentrl.trainer.pod.run_rank`, :class:`agentrl.trainer.ranks.TrainerRank`).
 * **Model** — :func:`build_gpt_model`: a ``GPTModel`` whose ``TransformerConfig`` comes from the
   model's HF ``config.json`` (:mod:`agentrl.trainer.hf_config`: layers, hidden, heads, GQA
-  groups, FFN, vocabulary, RoPE, q/k norms, MoE experts). Transformer Engine's layer spec when TE
-  and a GPU are there, megatron's local spec otherwise. Initial weights come from the HF
+  groups, FFN, vocabulary, RoPE, q/k norms, MoE experts), checked field by field once built
+  (:func:`check_built_model`). Transformer Engine's layer spec when TE and a GPU are there,
+  megatron's local spec with :class:`~agentrl.trainer.megatron_attention.SDPACoreAttention`
+  (torch's fused attention, packed sequences) otherwise. Initial weights come from the HF
   safetensors of ``spec.model.source`` (:mod:`agentrl.trainer.megatron_weights`).
 * **Optimizer** — megatron's ``DistributedDataParallel`` and ``get_megatron_optimizer`` with
   ``use_distributed_optimizer`` (Adam state sharded over data-parallel ranks), configured from
@@ -19,8 +22,11 @@ What it is made of:
 * **Loss** — :func:`agentrl.trainer.loss.grpo_loss` on token logprobs taken from the logits with
   megatron's vocab-parallel cross entropy (:func:`token_logprobs`), for the tokens the torch
   backend scores too (:func:`~agentrl.trainer.batching.token_sequences`, from position 1),
-  one micro-batch per trajectory through ``get_forward_backward_func`` (pipeline schedules
-  included). Each micro-batch's loss is weighted so the sum over micro-batches and
+  through ``get_forward_backward_func`` (pipeline schedules included) in micro-batches that
+  pack consecutive trajectories without padding (:func:`pack_microbatches`, :func:`packed_row`:
+  the ``thd`` format, positions restarting per trajectory, attention not crossing them), with
+  activation recompute for long micro-batches (:func:`set_recompute`). Each trajectory's loss
+  is weighted so the sum over micro-batches and
   data-parallel ranks is the mini-batch's loss under ``algorithm.lossAggregation``
   (:func:`microbatch_weights`).
 * **Mini-batches** — a step is ``algorithm.miniBatches`` optimizer updates per pass, for
@@ -29,7 +35,10 @@ What it is made of:
   (:func:`shard_minibatches`). The old logprobs are recomputed once, before the first update,
   so later updates are off-policy and the clip fraction means something.
 * **Checkpoints** — ``torch_dist`` through ``megatron.core.dist_checkpointing`` (model, optimizer
-  and the step counter in one directory; reshardable across TP/PP/DP).
+  and the step counter in one directory), saved and loaded with the same metadata
+  (:func:`checkpoint_metadata`: the distributed optimizer's ``dp_reshardable`` sharding, which
+  reloads at another data-parallel size but not at another TP/PP layout), recorded in the
+  checkpoint as its content metadata.
 * **Weights out** — :mod:`agentrl.trainer.megatron_export`: every parameter has one owner
   rank; the owners write HF safetensors shards plus their index (:meth:`export_weights`), or
   stream their tensors to rank 0 for a distributed push (:meth:`named_tensors`), whatever the
@@ -41,10 +50,12 @@ Every rank runs the same calls: rank 0 (the driver) announces each call to the o
 What a host without a GPU can do (the CPU tests): build the model, convert weights, compute token
 logprobs and the loss from logits, save and load checkpoints, export and push weights at any
 parallel layout (MoE layers then use megatron's all-gather token dispatcher: the all-to-all
-one makes a CUDA stream when it is built). It cannot step: megatron-core
-0.16's forward (rotary embeddings, attention masks) and its DDP grad buffers call
-``torch.cuda.current_device()`` unconditionally, so :meth:`MegatronBackend.train_step` needs a
-GPU (``bench/device/megatron_one_step.py`` runs one). Likewise its ``torch_dist`` writer stages
+one makes a CUDA stream when it is built). The forward itself runs on the CPU only where
+``torch.cuda.current_device()`` is answered with the CPU (megatron-core 0.16's rotary embedding
+asks it; the parity tests and the device script's ``--cpu`` mode do so, through
+:meth:`MegatronBackend.score`). It cannot step: megatron's schedules and DDP grad buffers
+allocate on CUDA unconditionally, so :meth:`MegatronBackend.train_step` needs a GPU
+(``bench/device/megatron_one_step.py`` runs one). Likewise its ``torch_dist`` writer stages
 tensors with ``torch.cuda.synchronize()``; off-GPU, :class:`HostTorchDistSave` writes the same
 format with torch's synchronous DCP writer (same key translation and planner as megatron's).
 
@@ -60,6 +71,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +79,7 @@ import torch
 from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
-from agentrl.trainer import megatron_export, megatron_weights
+from agentrl.trainer import megatron_export, megatron_init, megatron_weights
 from agentrl.trainer.batching import (
     TokenSequence,
     TrainSample,
@@ -78,6 +90,7 @@ from agentrl.trainer.batching import (
 from agentrl.trainer.hf_config import (
     HFModelConfig,
     check_layout,
+    compare_model_fields,
     optimizer_config_kwargs,
     transformer_config_kwargs,
 )
@@ -121,47 +134,52 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
-def initialize_parallel(trainer: TrainerSpec) -> None:
-    """Model-parallel groups from ``spec.trainer.parallelism`` over the open process group
-    (idempotent: a second call with the groups already made does nothing)."""
-    with _quiet():
-        from megatron.core import parallel_state
-    if not torch.distributed.is_initialized():
-        raise RuntimeError("torch.distributed is not initialised: open the process group first")
-    if parallel_state.model_parallel_is_initialized():
-        return
-    p = trainer.parallelism
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=p.tensor,
-        pipeline_model_parallel_size=p.pipeline,
-        context_parallel_size=p.context,
-        expert_model_parallel_size=p.expert,
-    )
+def initialize_parallel(
+    trainer: TrainerSpec, *, seed: int = megatron_init.DEFAULT_SEED
+) -> megatron_init.InitReport:
+    """megatron-core started on this rank over the open process group, as megatron expects
+    (:func:`agentrl.trainer.megatron_init.initialize_megatron`: device, model-parallel groups
+    from ``spec.trainer.parallelism``, seeds and model-parallel RNG states, the MoE-without-TE
+    fix); the groups are made once, a second call reseeds only."""
+    return megatron_init.initialize_megatron(trainer, seed=seed)
 
 
 def _have_transformer_engine() -> bool:
-    if not gpu_available():
-        return False
-    try:
-        with _quiet():
-            import transformer_engine  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return gpu_available() and megatron_init.have_transformer_engine()
 
 
 def build_gpt_model(
-    hf: HFModelConfig, trainer: TrainerSpec, *, params_dtype: torch.dtype = torch.bfloat16
+    hf: HFModelConfig,
+    trainer: TrainerSpec,
+    *,
+    params_dtype: torch.dtype = torch.bfloat16,
+    recompute: str = "auto",
 ) -> Any:
     """This rank's part of the ``GPTModel`` (its pipeline stage, tensor shard and experts),
-    parameters on the CPU (``use_cpu_initialization``); the caller moves it to the GPU."""
+    parameters on the CPU (``use_cpu_initialization``); the caller moves it to the GPU.
+
+    Without Transformer Engine, the local spec's attention core is
+    :class:`~agentrl.trainer.megatron_attention.SDPACoreAttention` (fused kernels, packed
+    sequences). ``recompute``: :func:`~agentrl.trainer.megatron_attention.recompute_kwargs`
+    (``auto``: none at build time, then :func:`set_recompute` per micro-batch).
+    The built model is checked against ``hf`` field by field (:func:`check_built_model`).
+
+    Raises:
+        ValueError: the built model differs from the HF config, or this megatron-core,
+            Transformer Engine and model are a combination known to crash (named).
+    """
     with _quiet():
         from megatron.core import parallel_state
         from megatron.core.models.gpt import GPTModel
         from megatron.core.models.gpt import gpt_layer_specs as specs
         from megatron.core.transformer.transformer_config import TransformerConfig
 
+        from agentrl.trainer import megatron_attention
+
     use_te = _have_transformer_engine()
+    crashes = megatron_init.known_crashes(is_moe=hf.is_moe, use_te=use_te)
+    if crashes:
+        raise ValueError("refusing a combination known to crash: " + "; ".join(crashes))
     if trainer.parallelism.context > 1:
         # Context parallelism needs TE's attention and each rank fed its slices of every
         # sequence; the step here feeds whole sequences, which would be wrong, so refuse.
@@ -170,6 +188,8 @@ def build_gpt_model(
             "(sequences are not split across context-parallel ranks)"
         )
     kwargs = transformer_config_kwargs(hf, trainer)
+    if recompute != "auto":  # auto: chosen per micro-batch (set_recompute)
+        kwargs.update(megatron_attention.recompute_kwargs(recompute, max_tokens=0))
     if hf.is_moe and not gpu_available():
         # megatron-core 0.16's all-to-all dispatcher makes a CUDA stream when it is built; the
         # all-gather one holds no state of its own (neither has parameters), so a host without
@@ -190,11 +210,11 @@ def build_gpt_model(
             **moe, qk_layernorm=hf.qk_layernorm
         )
     else:
-        layer_spec = specs.get_gpt_layer_local_spec(
-            **moe, qk_layernorm=hf.qk_layernorm, normalization="RMSNorm"
+        layer_spec = megatron_attention.local_layer_spec(
+            num_experts=hf.num_experts, qk_layernorm=hf.qk_layernorm
         )
     with _quiet():
-        return GPTModel(
+        model = GPTModel(
             config=config,
             transformer_layer_spec=layer_spec,
             vocab_size=hf.vocab_size,
@@ -205,6 +225,45 @@ def build_gpt_model(
             position_embedding_type="rope",
             rotary_base=int(hf.rope_theta),
         )
+    check_built_model(hf, model)
+    return model
+
+
+def built_model_fields(model: Any) -> dict[str, Any]:
+    """The shape of a built ``GPTModel``, keyed as
+    :func:`agentrl.trainer.hf_config.expected_model_fields`: the transformer config's sizes, the
+    vocabulary and tying, and the RoPE base read back from the rotary frequencies (what the
+    forward uses: ``inv_freq[i] = base^(-2i/dim)``)."""
+    c = model.config
+    rotary = getattr(model, "rotary_pos_emb", None)
+    base: float | None = None
+    if rotary is not None and rotary.inv_freq.numel() > 1:
+        dim = 2 * rotary.inv_freq.numel()
+        base = float(rotary.inv_freq.double()[1].log().mul(-dim / 2).exp())
+    return {
+        "num_layers": c.num_layers,
+        "hidden_size": c.hidden_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_query_groups": c.num_query_groups,
+        "kv_channels": c.kv_channels,
+        "ffn_hidden_size": c.ffn_hidden_size,
+        "layernorm_epsilon": c.layernorm_epsilon,
+        "rotary_base": base,
+        "tie_word_embeddings": bool(model.share_embeddings_and_output_weights),
+        "vocab_size": model.vocab_size,
+        "num_moe_experts": c.num_moe_experts,
+        "moe_ffn_hidden_size": c.moe_ffn_hidden_size if c.num_moe_experts else None,
+        "moe_router_topk": c.moe_router_topk if c.num_moe_experts else None,
+    }
+
+
+def check_built_model(hf: HFModelConfig, model: Any) -> None:
+    """The start-up check: the built model has ``hf``'s shape, field by field.
+
+    Raises:
+        ValueError: naming every field that differs.
+    """
+    compare_model_fields(hf, built_model_fields(model))
 
 
 def token_logprobs(
@@ -218,7 +277,9 @@ def token_logprobs(
     with _quiet():
         from megatron.core import tensor_parallel
 
-    scaled = (logits.float() / max(temperature, 1e-6)).contiguous()
+    # vocab_parallel_cross_entropy works in place on its input (``-=``, ``exp(out=)``) after a
+    # ``.float()`` that is a no-op on fp32: hand it a tensor of its own, never the caller's.
+    scaled = logits.float().div(max(temperature, 1e-6)).clone(memory_format=torch.contiguous_format)
     return -tensor_parallel.vocab_parallel_cross_entropy(scaled, targets)
 
 
@@ -292,7 +353,103 @@ def shard_minibatches(n: int, *, mini_batches: int, dp_rank: int, dp_size: int) 
     return shards
 
 
+#: Tokens packed into one micro-batch by default.
+DEFAULT_MICROBATCH_TOKENS = 16_384
+
+
+def pack_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive trajectories grouped into micro-batches of at most ``max_tokens`` tokens, in
+    order (a trajectory longer than that is a micro-batch of its own); indices into
+    ``lengths``."""
+    groups: list[list[int]] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        if groups and used + n <= max_tokens:
+            groups[-1].append(i)
+            used += n
+        else:
+            groups.append([i])
+            used = n
+    return groups
+
+
+class PackedRow(BaseModel):
+    """Several trajectories as one row of the ``thd`` (packed) format."""
+
+    token_ids: list[int]
+    position_ids: list[int]
+    """Restarting at 0 for every trajectory (and for the padding)."""
+    cu_seqlens: list[int]
+    """Boundaries: ``[0, n0, n0 + n1, …]``; padding, if any, is a last sequence of its own."""
+    offsets: list[int]
+    """Where each trajectory starts in the row."""
+    max_seqlen: int
+
+
+def packed_row(sequences: Sequence[Sequence[int]], *, pad_to: int | None = None) -> PackedRow:
+    """``sequences`` back to back without padding (``pad_to``: filled up to that length with a
+    sequence of zeros, for pipeline stages that need one shape)."""
+    ids: list[int] = []
+    positions: list[int] = []
+    cu = [0]
+    offsets = []
+    for seq in sequences:
+        offsets.append(len(ids))
+        ids.extend(seq)
+        positions.extend(range(len(seq)))
+        cu.append(len(ids))
+    if pad_to is not None and pad_to > len(ids):
+        filler = pad_to - len(ids)
+        ids.extend([0] * filler)
+        positions.extend(range(filler))
+        cu.append(len(ids))
+    lengths = [b - a for a, b in pairwise(cu)]
+    return PackedRow(
+        token_ids=ids,
+        position_ids=positions,
+        cu_seqlens=cu,
+        offsets=offsets,
+        max_seqlen=max(lengths, default=0),
+    )
+
+
+def set_recompute(config: Any, tokens: int) -> None:
+    """``recompute: auto``: full activation recompute (one layer at a time) for a micro-batch of
+    more than :data:`~agentrl.trainer.megatron_attention.RECOMPUTE_ABOVE_TOKENS` tokens, none
+    below (megatron's transformer block reads these config fields at every forward)."""
+    from agentrl.trainer.megatron_attention import recompute_kwargs
+
+    chosen = recompute_kwargs("auto", max_tokens=tokens)
+    config.recompute_granularity = chosen.get("recompute_granularity")
+    config.recompute_method = chosen.get("recompute_method")
+    config.recompute_num_layers = chosen.get("recompute_num_layers")
+
+
 # -- checkpoints -------------------------------------------------------------------------------
+
+
+def checkpoint_metadata() -> dict[str, Any]:
+    """The sharded-state-dict metadata of every save and load (the same dict at both: a MoE
+    model's chained optimizer names its parts by it), as megatron-LM 0.16.1 passes it.
+
+    The distributed optimizer's default sharding (``fully_sharded_model_space``) makes
+    ``ShardedTensor``s with ``flattened_range``, which megatron-core 0.16's checkpoint validation
+    rejects; ``dp_reshardable`` saves each data-parallel rank's optimizer shard as it is
+    (reloadable at another data-parallel size, not at another tensor/pipeline layout)."""
+    with _quiet():
+        from megatron.core import parallel_state
+    return {
+        "distrib_optim_sharding_type": "dp_reshardable",
+        "singleton_local_shards": False,
+        "chained_optim_avoid_prefix": True,
+        "dp_cp_group": parallel_state.get_data_parallel_group(with_context_parallel=True),
+    }
+
+
+def content_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint records of :func:`checkpoint_metadata` (``save(content_metadata=…)``):
+    the plain values, without the process group."""
+    return {k: v for k, v in metadata.items() if k != "dp_cp_group"}
 
 
 def host_save_strategy() -> Any:
@@ -329,7 +486,7 @@ class _Command(BaseModel):
     """What rank 0 asks every other rank to do with it."""
 
     op: str
-    """``step``, ``save``, ``load``, ``export``, ``named_tensors`` or ``stop``."""
+    """``step``, ``sft``, ``save``, ``load``, ``export``, ``named_tensors`` or ``stop``."""
     samples: list[TrainSample] = []
     path: str | None = None
 
@@ -348,6 +505,11 @@ class MegatronBackend:
         model_dir: the HF model directory (initial weights, and the config/tokenizer files
             copied next to exported weights); None starts from megatron's random init.
         params_dtype: parameter dtype (``spec.model.dtype``; float32 in the CPU tests).
+        microbatch_tokens: the packing budget of a micro-batch (a longer trajectory is a
+            micro-batch of its own).
+        recompute: activation recompute, ``full``/``selective``/``none``, or ``auto``: full
+            for micro-batches above
+            :data:`~agentrl.trainer.megatron_attention.RECOMPUTE_ABOVE_TOKENS` tokens.
     """
 
     def __init__(
@@ -358,9 +520,13 @@ class MegatronBackend:
         temperature: float,
         model_dir: Path | None = None,
         params_dtype: torch.dtype = torch.bfloat16,
+        microbatch_tokens: int = DEFAULT_MICROBATCH_TOKENS,
+        recompute: str = "auto",
     ) -> None:
         with _quiet():
             from megatron.core import parallel_state
+        self.microbatch_tokens = microbatch_tokens
+        self.recompute = recompute
         self.hf = hf
         self.spec = spec
         self.temperature = temperature
@@ -368,7 +534,7 @@ class MegatronBackend:
         self.params_dtype = params_dtype
         self.iteration = 0
         self.ps = parallel_state
-        self.model = build_gpt_model(hf, spec, params_dtype=params_dtype)
+        self.model = build_gpt_model(hf, spec, params_dtype=params_dtype, recompute=recompute)
         if model_dir is not None and any(model_dir.glob("*.safetensors")):
             self.load_hf_weights(model_dir)
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu_available() else None
@@ -390,7 +556,9 @@ class MegatronBackend:
             from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         if self.spec.algorithm.kl_coef > 0:
             # The KL term compares with the initial policy: a frozen copy of the start weights.
-            self.reference = build_gpt_model(self.hf, self.spec, params_dtype=self.params_dtype)
+            self.reference = build_gpt_model(
+                self.hf, self.spec, params_dtype=self.params_dtype, recompute="none"
+            )
             self.reference.load_state_dict(self.model.state_dict(), strict=False)
             self.reference.to(self.device).eval().requires_grad_(False)
         self.model.to(self.device)
@@ -517,6 +685,8 @@ class MegatronBackend:
                 self._load(Path(command.path or ""))
             elif command.op == "export":
                 self._export(Path(command.path or ""))
+            elif command.op == "sft":
+                self._sft(command.samples)
             elif command.op == "named_tensors":
                 megatron_export.stream_to_rank0(self)
 
@@ -530,6 +700,47 @@ class MegatronBackend:
         """One GRPO update on ``samples`` (rank 0; the others follow)."""
         self._announce(_Command(op="step", samples=list(samples)))
         return self._step(samples)
+
+    def sft_step(self, samples: Sequence[TrainSample]) -> float:
+        """One supervised update (rank 0; the others follow): the token-mean negative
+        log-likelihood of the loss-mask tokens of ``samples`` (at the rollout temperature, like
+        every logprob here), through the same packed forward as :meth:`train_step`. Returns
+        the loss; counts as a step (``iteration``)."""
+        self._announce(_Command(op="sft", samples=list(samples)))
+        return self._sft(samples)
+
+    def score(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """The current weights' logprobs of each sample's loss-mask tokens (from position 1),
+        without megatron's schedule: packed micro-batches through :meth:`_forward_step` on this
+        rank alone. For one-rank layouts (the device script's parity check, tests); on a host
+        without a GPU it computes on the CPU where megatron's forward allows it."""
+        seqs = token_sequences(samples, first_position=1)
+        device = self.device or torch.device("cpu")
+        out: list[torch.Tensor] = []
+
+        def keep(_: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
+            out.append(lp.detach().float().cpu())
+            return lp.sum() * 0.0
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for group in pack_microbatches(
+                    [len(s.token_ids) for s in seqs], self.microbatch_tokens
+                ):
+                    logits, loss_func = self._forward_step(
+                        [seqs[i] for i in group],
+                        self.model,
+                        pad_to=None,
+                        microbatches=1,
+                        loss_fn=keep,
+                        device=device,
+                    )
+                    loss_func(logits)
+        finally:
+            self.model.train(was_training)
+        return out
 
     def save_state(self, directory: Path) -> None:
         """Model, optimizer and step counter as a ``torch_dist`` checkpoint in
@@ -559,13 +770,14 @@ class MegatronBackend:
 
     # -- implementations -------------------------------------------------------------------
 
-    def _sharded_state(self, *, is_loading: bool) -> dict[str, Any]:
+    def _sharded_state(self, *, is_loading: bool, metadata: dict[str, Any]) -> dict[str, Any]:
         # The layout megatron's own training uses: the model's sharded state under "model",
-        # the distributed optimizer's (which refers to the model's tensors) under "optimizer".
-        state: dict[str, Any] = {"model": self.model.sharded_state_dict()}
+        # the distributed optimizer's (which refers to the model's tensors) under "optimizer",
+        # both built with the same metadata at save and at load.
+        state: dict[str, Any] = {"model": self.model.sharded_state_dict(metadata=metadata)}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.sharded_state_dict(
-                state["model"], is_loading=is_loading
+                state["model"], is_loading=is_loading, metadata=metadata
             )
         return state
 
@@ -574,11 +786,18 @@ class MegatronBackend:
             from megatron.core import dist_checkpointing
         target = directory / MODEL_DIR
         target.mkdir(parents=True, exist_ok=True)
-        state = self._sharded_state(is_loading=False)
+        metadata = checkpoint_metadata()
+        state = self._sharded_state(is_loading=False, metadata=metadata)
         state[ITERATION_KEY] = self.iteration
         strategy = None if gpu_available() else host_save_strategy()
         with _quiet():  # torch's DCP deprecations, reached through megatron's calls
-            dist_checkpointing.save(state, str(target), sharded_strategy=strategy)
+            dist_checkpointing.save(
+                state,
+                str(target),
+                sharded_strategy=strategy,
+                validate_access_integrity=True,
+                content_metadata=content_metadata(metadata),
+            )
         if torch.distributed.get_rank() == 0:
             (directory / "hf_config.json").write_text(
                 json.dumps(self.hf.model_dump(), indent=2), encoding="utf-8"
@@ -587,9 +806,13 @@ class MegatronBackend:
     def _load(self, directory: Path) -> None:
         with _quiet():
             from megatron.core import dist_checkpointing
+        source = str(directory / MODEL_DIR)
+        # What the checkpoint was saved with (a checkpoint from before it was recorded: ours).
+        saved = dist_checkpointing.load_content_metadata(source)
+        metadata = {**checkpoint_metadata(), **(saved or {})}
         with _quiet():
             loaded = dist_checkpointing.load(
-                self._sharded_state(is_loading=True), str(directory / MODEL_DIR)
+                self._sharded_state(is_loading=True, metadata=metadata), source
             )
         # strict=False: Transformer Engine's per-module "_extra_state" entries are optional.
         self.model.load_state_dict(loaded["model"], strict=False)
@@ -608,40 +831,82 @@ class MegatronBackend:
     def _run(
         self, model: Any, seqs: Sequence[TokenSequence], *, forward_only: bool, loss_fn: Any
     ) -> None:
-        """Every sequence through ``model`` as one micro-batch, calling ``loss_fn(seq, logp)``
-        with its loss tokens' logprobs on the last pipeline stage."""
+        """``seqs`` through ``model``, packed into micro-batches of at most
+        ``microbatch_tokens`` tokens without padding (:func:`pack_microbatches`), each through
+        :meth:`_forward_step`."""
         with _quiet():
             from megatron.core.pipeline_parallel import get_forward_backward_func
-        device = self._require_device()
-        length = max(len(s.token_ids) for s in seqs)
+        self._require_device()
+        groups = pack_microbatches([len(s.token_ids) for s in seqs], self.microbatch_tokens)
+        batches = [[seqs[i] for i in group] for group in groups]
+        # Pipeline stages exchange activations of one fixed shape: pad every row to the longest
+        # (the padding is a sequence of its own, so it attends only to itself).
+        pipelined = self.ps.get_pipeline_model_parallel_world_size() > 1
+        width = max(sum(len(s.token_ids) for s in b) for b in batches)
 
-        def forward_step(data: Iterator[TokenSequence], module: Any) -> tuple[Any, Any]:
-            seq = next(data)
-            ids = torch.zeros(1, length, dtype=torch.long, device=device)
-            ids[0, : len(seq.token_ids)] = torch.tensor(seq.token_ids, device=device)
-            positions = torch.arange(length, device=device).unsqueeze(0)
-            # True = masked: causal. Padding sits after the sequence, so it never leaks back.
-            mask = ~torch.ones(1, 1, length, length, dtype=torch.bool, device=device).tril()
-            logits = module(ids, positions, mask)
-
-            def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-                index = torch.tensor(seq.positions, device=device)
-                lp = token_logprobs(
-                    output[0, index - 1].unsqueeze(0), ids[:, index], temperature=self.temperature
-                )[0]
-                return loss_fn(seq, lp), {}
-
-            return logits, loss_func
+        def forward_step(data: Iterator[list[TokenSequence]], module: Any) -> tuple[Any, Any]:
+            return self._forward_step(
+                next(data),
+                module,
+                pad_to=width if pipelined else None,
+                microbatches=len(batches),
+                loss_fn=loss_fn,
+            )
 
         get_forward_backward_func()(
             forward_step_func=forward_step,
-            data_iterator=iter(seqs),
+            data_iterator=iter(batches),
             model=[model],
-            num_microbatches=len(seqs),
-            seq_length=length,
+            num_microbatches=len(batches),
+            seq_length=width,
             micro_batch_size=1,
             forward_only=forward_only,
         )
+
+    def _forward_step(
+        self,
+        batch: Sequence[TokenSequence],
+        module: Any,
+        *,
+        pad_to: int | None,
+        microbatches: int,
+        loss_fn: Any,
+        device: torch.device | None = None,
+    ) -> tuple[Any, Any]:
+        """One micro-batch: ``batch`` packed into one row (:func:`packed_row`, the ``thd``
+        format: positions restart per trajectory, attention stays within it) through
+        ``module``; the loss function calls ``loss_fn(seq, logp)`` with each trajectory's loss
+        tokens' logprobs and returns the sum, times ``microbatches`` (megatron divides every
+        micro-batch's loss by their number)."""
+        with _quiet():
+            from megatron.core.packed_seq_params import PackedSeqParams
+        device = device or self._require_device()
+        row = packed_row([s.token_ids for s in batch], pad_to=pad_to)
+        ids = torch.tensor([row.token_ids], dtype=torch.long, device=device)
+        positions = torch.tensor([row.position_ids], dtype=torch.long, device=device)
+        cu = torch.tensor(row.cu_seqlens, dtype=torch.int32, device=device)
+        params = PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=cu,
+            cu_seqlens_kv=cu,
+            max_seqlen_q=row.max_seqlen,
+            max_seqlen_kv=row.max_seqlen,
+        )
+        if self.recompute == "auto":
+            set_recompute(self.model.config, len(row.token_ids))
+        logits = module(ids, positions, None, packed_seq_params=params)
+
+        def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+            total = output.new_zeros((), dtype=torch.float32)
+            for seq, offset in zip(batch, row.offsets, strict=True):
+                index = torch.tensor(seq.positions, device=device) + offset
+                lp = token_logprobs(
+                    output[0, index - 1].unsqueeze(0), ids[:, index], temperature=self.temperature
+                )[0]
+                total = total + loss_fn(seq, lp)
+            return total * microbatches, {}
+
+        return logits, loss_func
 
     def _logprobs(self, model: Any, seqs: Sequence[TokenSequence]) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []
@@ -735,6 +1000,44 @@ class MegatronBackend:
             update_seconds=t2 - t1,
         )
 
+    def _sft(self, samples: Sequence[TrainSample]) -> float:
+        self._require_device()
+        dp = self.ps.get_data_parallel_world_size()
+        all_seqs = token_sequences(samples, first_position=1)
+        if len(all_seqs) < dp:
+            raise ValueError(f"{len(all_seqs)} samples cannot feed {dp} data-parallel ranks")
+        mine = all_seqs[self.ps.get_data_parallel_rank() :: dp]
+        tokens = sum(len(s.positions) for s in all_seqs) or 1
+        losses: list[float] = []
+
+        def nll(_: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
+            loss = -lp.sum() / tokens
+            losses.append(float(loss.detach()))
+            return loss * dp  # DDP averages the gradients over data-parallel ranks
+
+        self.ddp.train()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self._run(self.ddp, mine, forward_only=False, loss_fn=nll)
+        self.optimizer.step()
+        self.iteration += 1
+        total = torch.tensor([sum(losses)], dtype=torch.float64)
+        if self.ps.is_pipeline_last_stage():
+            totals: list[Any] = [None] * dp
+            torch.distributed.all_gather_object(
+                totals, float(total), group=self.ps.get_data_parallel_group()
+            )
+            total = torch.tensor([sum(totals)], dtype=torch.float64)
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [float(total)]
+            torch.distributed.broadcast_object_list(
+                box,
+                src=self.ps.get_pipeline_model_parallel_last_rank(),
+                group=self.ps.get_pipeline_model_parallel_group(),
+            )
+            return float(box[0])
+        return float(total)
+
     def _update(
         self,
         shard: Sequence[TokenSequence],
@@ -765,9 +1068,9 @@ class MegatronBackend:
             )
             parts.append(stats)
             losses.append(float(loss.detach()) * weights[seq.index])
-            # Megatron divides each micro-batch's loss by their number and DDP averages the
-            # gradients over data-parallel ranks: undo both so the sum is the mini-batch's loss.
-            return loss * weights[seq.index] * len(shard) * dp
+            # DDP averages the gradients over data-parallel ranks (and _run undoes megatron's
+            # mean over micro-batches): undo it so the sum is the mini-batch's loss.
+            return loss * weights[seq.index] * dp
 
         self.ddp.train()
         self.ddp.zero_grad_buffer()
