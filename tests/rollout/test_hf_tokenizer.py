@@ -19,6 +19,7 @@ from agentrl.rollout.agent import SYSTEM_PROMPT, TokenAgent, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
+from agentrl.rollout.hf_model_files import build_tokenizer
 from agentrl.rollout.hf_tokenizer import (
     HFTurnTokenizer,
     TokenizerConfigError,
@@ -326,3 +327,19 @@ async def test_the_runtime_picks_the_tokenizer_the_engine_reports(
         assert isinstance(word, WordTurnTokenizer)
     with pytest.raises(TokenizerConfigError, match=r"spec\.model\.source"):
         await turn_tokenizer_for(_InfoClient(str(tmp_path / "absent")))  # type: ignore[arg-type]
+
+
+def test_the_bundled_template_serves_the_text_action_agent_without_tools() -> None:
+    # The TokenAgent of today (text actions, no tools): a bundled template renders its
+    # observations as tool responses in a user turn, and a turn closes with <|im_end|>\n.
+    tok = build_tokenizer(template="qwen3-instruct")
+    hf = HFTurnTokenizer(tok)
+    assert hf.initial_ids("s", "u") == encode(
+        tok,
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n",
+    )
+    assert hf.observation_ids("ok") == encode(
+        tok,
+        "<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    )
+    assert hf.close_turn_ids(encode(tok, "submit")) == encode(tok, "<|im_end|>\n")

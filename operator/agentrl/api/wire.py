@@ -29,6 +29,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from agentrl.api import model
 from agentrl.api.job import AgentRLJob
 
 # ---- the engine pod: ports and paths shared by its builder, the launcher and the watchdog ----
@@ -60,8 +61,8 @@ SPEC_MOUNT_PATH: Final = "/etc/agentrl"
 SPEC_FILE: Final = f"{SPEC_MOUNT_PATH}/job.yaml"
 #: Environment variable the operator sets to :data:`SPEC_FILE` in every workload.
 SPEC_ENV: Final = "AGENTRL_CONFIG"
-#: Where a ``spec.model.source.pvc`` is mounted (read-only).
-MODEL_MOUNT_PATH: Final = "/models"
+#: Where a ``spec.model.source.pvc`` is mounted (read-only); the model's CEL rule uses it too.
+MODEL_MOUNT_PATH: Final = model.MODEL_MOUNT_PATH
 #: Where the checkpoint volume is mounted in engine pods (``/update_weights_from_disk`` reads
 #: the trainer's exported weights from it).
 CHECKPOINT_MOUNT_PATH: Final = "/checkpoints"

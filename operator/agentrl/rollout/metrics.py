@@ -35,6 +35,27 @@ TOOL_OUTPUT_CUTS = Counter(
     "agentrl_rollout_tool_output_truncated_total",
     "Tool outputs cut to toolOutputMaxBytes before the agent saw them.",
 )
+TOOL_CALLS_PARSED = Counter(
+    "agentrl_rollout_tool_calls_parsed_total",
+    "Tool calls read from the model's replies in its own syntax, by tool.",
+    ["tool"],
+)
+TOOL_CALL_PARSE_FAILURES = Counter(
+    "agentrl_rollout_tool_call_parse_failures_total",
+    "Replies whose tool calls could not be read (sent back to the model as an error), by "
+    "reason: malformed_json, unclosed_tag, bad_structure, unknown_tool, missing_argument.",
+    ["reason"],
+)
+TURNS_WITHOUT_TOOL_CALL = Counter(
+    "agentrl_rollout_turns_without_tool_call_total",
+    "Replies that called no tool (and had no malformed call).",
+)
+TITO_PREFIX_CHECKS = Counter(
+    "agentrl_rollout_tito_prefix_checks_total",
+    "Checks that the chat template's rendering of the conversation equals the trajectory's "
+    "token ids, by result (match, break); the break rate is break / all.",
+    ["result"],
+)
 EPISODE_TURNS = Histogram(
     "agentrl_rollout_episode_turns", "Agent turns (LLM calls) per episode.", buckets=_TURN_BUCKETS
 )
