@@ -36,7 +36,7 @@ CHILD_KINDS = (
 #: A job the simulated cluster can run: 2 single-GPU engines, 1 trainer node of 2 GPUs.
 SMALL = (
     make_job("small", None)
-    .with_model_pvc("models", "/models/Qwen3-8B")
+    .with_model_pvc("models", "Qwen3-8B")
     .with_model(architecture="Qwen3-8B")
     .with_inference(
         engines=2, contextLength=32768, maxRunningRequests=32, cpu="8", memory="64Gi"

@@ -45,7 +45,7 @@ SANDBOX_SELECTOR = "app.kubernetes.io/component=sandbox"
 #: names its copy and sets the sandbox concurrency: ``SMALL.copy("scaled").with_concurrency(2)``.
 SMALL = (
     make_job("small", None)
-    .with_model_pvc("models", "/models/Qwen3-8B")
+    .with_model_pvc("models", "Qwen3-8B")
     .with_model(architecture="Qwen3-8B")
     .with_inference(
         engines=2, contextLength=32768, maxRunningRequests=32, cpu="8", memory="64Gi"

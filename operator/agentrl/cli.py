@@ -17,7 +17,7 @@ from agentrl import __version__
 #: verb -> "module:attribute" of a click.Command, imported on first use.
 COMMANDS: dict[str, str] = {
     "dev": "agentrl.devcluster.cli:dev",
-    "validate": "agentrl.api.cli:validate",
+    "validate": "agentrl.sim.cli:validate",
     "crds": "agentrl.api.cli:crds",
     "docs": "agentrl.api.cli:docs",
     "render": "agentrl.reconcile.cli:render",
@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
 #: One-line help shown by ``agentrl --help`` without importing the verb.
 SHORT_HELP: dict[str, str] = {
     "dev": "Local development tools: a real Kubernetes control plane with simulated GPU nodes.",
-    "validate": "Check AgentRLJob manifests offline with the API server's rules.",
+    "validate": "Check AgentRLJob manifests offline: the API server's rules, trainer memory.",
     "crds": "Print or write the CustomResourceDefinition generated from the models.",
     "docs": "Write the manifest reference generated from the models.",
     "render": "Print the Kubernetes objects the operator would create for a manifest.",

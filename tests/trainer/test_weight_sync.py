@@ -10,7 +10,7 @@ from agentrl.engine.weight_pointer import read_current_weights
 from agentrl.engine_client.client import EngineClient
 from agentrl.tiny import policy as tiny
 from agentrl.tiny.server import TinyEngine, build_app
-from agentrl.trainer.weight_sync import POINTER_FILE, DiskWeightSync
+from agentrl.trainer.weight_sync import POINTER_FILE, DiskWeightSync, prune_exports
 
 
 async def test_a_push_makes_the_engine_serve_the_version_and_records_the_pointer(
@@ -47,3 +47,29 @@ async def test_only_the_newest_exported_versions_are_kept_on_disk(tmp_path: Path
     for version in (1, 2, 3):
         await sync.push(version)
     assert sorted(p.name for p in tmp_path.glob("v*")) == ["v2", "v3"]
+
+
+async def test_pushes_every_few_steps_keep_the_newest_exports_not_current_minus_one(
+    tmp_path: Path,
+) -> None:
+    # weightSync.intervalSteps 2: versions are the steps 2, 4, 6. Keeping "v6 and v5" would
+    # leave only v6; the newest two that exist are v4 and v6.
+    model = tiny.new_policy(0, dim=8)
+    sync = DiskWeightSync([], export=lambda d: tiny.save_policy(model, d), weights_dir=tmp_path)
+    for version in (2, 4, 6):
+        await sync.push(version)
+    assert sorted(p.name for p in tmp_path.glob("v*")) == ["v4", "v6"]
+
+
+def test_prune_keeps_current_and_newest_below_and_leaves_other_entries(tmp_path: Path) -> None:
+    for name in ("v1", "v3", "v7", "v8", "v12", "vx", "step-10"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"w")
+    (tmp_path / POINTER_FILE).write_text("{}")
+    # Resumed at step 8 after a run that had got to 12: v12 is a leftover, v7 the newest below.
+    deleted = prune_exports(tmp_path, current=8, keep=2)
+    assert sorted(p.name for p in deleted) == ["v1", "v12", "v3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        POINTER_FILE, "step-10", "v7", "v8", "vx"]
+    prune_exports(tmp_path, current=8, keep=1)
+    assert sorted(p.name for p in tmp_path.glob("v*")) == ["v8", "vx"]

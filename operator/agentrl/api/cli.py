@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -11,40 +13,67 @@ from agentrl.api import crd as crd_mod
 from agentrl.api import reference, validation
 
 
-@click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
-def validate(files: tuple[Path, ...], quiet: bool) -> None:
-    """Check AgentRLJob manifests offline with the API server's rules.
+def make_validate(checks: Sequence[validation.JobCheck]) -> click.Command:
+    """``agentrl validate`` running the API server's rules and then ``checks`` on every valid
+    job (``agentrl.sim.cli`` adds the trainer memory estimate; the registered verb is that
+    one, see ``agentrl.cli.COMMANDS``)."""
 
-    Prints FILE: spec.path.to.field: what is wrong and what is allowed. Exit status: 0 all
-    valid, 1 some manifest invalid, 2 some file unreadable (missing, or not YAML).
-    """
-    status = 0
-    for path in files:
-        try:
-            text = path.read_text() if str(path) != "-" else sys.stdin.read()
-        except OSError as exc:
-            click.echo(f"{path}: cannot read: {exc.strerror or exc}", err=True)
-            status = 2
-            continue
-        try:
-            jobs, errors = validation.validate_text(text)
-        except validation.ManifestSyntaxError as exc:
-            click.echo(f"{path}: {exc}", err=True)
-            status = 2
-            continue
-        if not jobs and not errors:
-            click.echo(f"{path}: no documents found", err=True)
-            status = max(status, 1)
-        for err in errors:
-            click.echo(err.render(str(path)), err=True)
-        if errors:
-            status = max(status, 1)
-        elif not quiet:
-            names = ", ".join(j.metadata.name for j in jobs)
-            click.echo(f"{path}: valid ({names})")
-    sys.exit(status)
+    @click.command("validate")
+    @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+    @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+    def validate(files: tuple[Path, ...], quiet: bool) -> None:
+        """Check AgentRLJob manifests offline with the API server's rules, and what the API
+        server cannot check: a model path that repeats the PVC's mount point, and whether the
+        trainer fits its GPUs at rollout.maxTrajectoryTokens (models the planner knows).
+
+        Prints FILE: spec.path.to.field: what is wrong and what is allowed. Exit status: 0 all
+        valid, 1 some manifest invalid, 2 some file unreadable (missing, or not YAML).
+        """
+        status = 0
+        for path in files:
+            try:
+                text = path.read_text() if str(path) != "-" else sys.stdin.read()
+            except OSError as exc:
+                click.echo(f"{path}: cannot read: {exc.strerror or exc}", err=True)
+                status = 2
+                continue
+            try:
+                docs = validation.load_documents(text)
+            except validation.ManifestSyntaxError as exc:
+                click.echo(f"{path}: {exc}", err=True)
+                status = 2
+                continue
+            if not docs:
+                click.echo(f"{path}: no documents found", err=True)
+                status = max(status, 1)
+            errors: list[validation.FieldError] = []
+            notes: list[str] = []
+            names: list[str] = []
+            for index, doc in enumerate(docs):
+                job, found = validation.validate_document(doc, index)
+                errors += found
+                if job is None:
+                    continue
+                names.append(job.metadata.name)
+                for check in checks:
+                    result = check(job)
+                    errors += [dataclasses.replace(e, document=index) for e in result.errors]
+                    notes += result.notes
+            for err in errors:
+                click.echo(err.render(str(path)), err=True)
+            if errors:
+                status = max(status, 1)
+            elif not quiet and docs:
+                for note in notes:
+                    click.echo(f"{path}: note: {note}")
+                click.echo(f"{path}: valid ({', '.join(names)})")
+        sys.exit(status)
+
+    return validate
+
+
+#: The API's own checks (``agentrl validate`` without the planner's).
+validate = make_validate([])
 
 
 @click.command()

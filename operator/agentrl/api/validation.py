@@ -6,11 +6,19 @@ cross-field :class:`~agentrl.api.rules.Rule` (the Python twin of each CEL rule).
 path of the field in manifest spelling (``spec.rollout.groupSize``) and a message that says what
 is wrong and what is allowed. Transition rules (immutable fields) need the old object and are
 left to the API server.
+
+``agentrl validate`` checks more than the API server does: each :data:`JobCheck` it is given
+runs on every valid job and returns errors (refusals naming a field) and notes (what it could
+not check). The trainer memory estimate is one (``agentrl.sim.memory``'s, wired in by
+``agentrl.sim.cli``); it does not run in :func:`validate_document`, which the operator and the
+workloads share: they stay exactly the API server's rules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import yaml
@@ -85,7 +93,7 @@ def _describe(err: dict[str, Any]) -> str:
     if kind == "enum" or kind == "literal_error":
         return f"{value!r} is not allowed: {err['msg'].lower()}"
     if kind in ("string_too_long", "string_too_short", "too_long", "too_short"):
-        return err["msg"].lower()
+        return str(err["msg"]).lower()
     if kind == "string_pattern_mismatch":
         return f"{value!r} does not match the pattern {ctx.get('pattern')!r}"
     return f"{err['msg']} (got {value!r})"
@@ -99,8 +107,8 @@ def _rule_errors(model: BaseModel, path: str) -> list[FieldError]:
                 continue
             if not rule.check(model):
                 message = rule.message(model) if rule.message else rule.message_expression
-                field = path + rule.field_path if rule.field_path else path
-                errors.append(FieldError(field.lstrip("."), message))
+                where = path + rule.field_path if rule.field_path else path
+                errors.append(FieldError(where.lstrip("."), message))
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         alias = field.alias or name
@@ -157,3 +165,17 @@ def load_job(text: str) -> AgentRLJob:
     if len(jobs) != 1:
         raise ValueError(f"expected exactly one AgentRLJob, found {len(jobs)}")
     return jobs[0]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What one :data:`JobCheck` found in one job."""
+
+    errors: list[FieldError] = dataclass_field(default_factory=list)
+    """Refusals, each naming the field to change."""
+    notes: list[str] = dataclass_field(default_factory=list)
+    """What the check could not decide, and why (not errors)."""
+
+
+#: A check ``agentrl validate`` runs on each job that passed the API server's rules.
+JobCheck = Callable[[AgentRLJob], CheckResult]

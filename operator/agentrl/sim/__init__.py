@@ -8,6 +8,8 @@ clock, no I/O outside ``cli``/``plots``. Layout, one concept per module:
 - ``params``: every assumption, with its reason, and the report's scenarios
 - ``kvcache``: KV bytes per token, pool size, what fits
 - ``static_plan``: arithmetic figures of a manifest
+- ``memory``: the trainer's memory per GPU and the checkpoint volume's use (``agentrl
+  validate`` refuses a trainer that cannot fit)
 - ``engine_model`` / ``simulation``: the discrete-event simulation
 - ``plan``: static plan + simulation + bottleneck, and ``check_manifest_against_plan``
 - ``manifest_check``: manifest settings at odds with the plan (the warnings ``plan`` adds)

@@ -63,6 +63,26 @@ class ModelArchitecture(BaseModel):
         # q, k, v projections in, o projection out.
         return self.hidden_size * q_out + 2 * self.hidden_size * kv_out + q_out * self.hidden_size
 
+    @property
+    def attention_params_per_layer(self) -> int:
+        """q, k, v and o projections of one layer."""
+        return self._attention_params_per_layer()
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        """Gate, up and down projections of one dense MLP (0 for an MoE model)."""
+        return 0 if self.is_moe else 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """Every routed expert of one MoE layer (gate, up, down each); 0 for a dense model."""
+        return self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def router_params_per_layer(self) -> int:
+        """The router of one MoE layer (hidden × experts); 0 for a dense model."""
+        return self.hidden_size * self.num_experts
+
     def _embedding_params(self) -> int:
         copies = 1 if self.tie_word_embeddings else 2
         return copies * self.vocab_size * self.hidden_size

@@ -6,7 +6,10 @@ calibration.
     agentrl plan FILE --plot DIR         also write PNG charts (extra ``plots``)
     agentrl plan --reproduce-report      the report's figures next to the simulated ones
 
-Registered in ``agentrl.cli.COMMANDS`` as ``agentrl.sim.cli:plan``.
+Registered in ``agentrl.cli.COMMANDS`` as ``agentrl.sim.cli:plan``, and ``agentrl validate`` as
+``agentrl.sim.cli:validate``: the API's offline validation (``agentrl.api.cli.make_validate``)
+plus the trainer memory estimate of :mod:`agentrl.sim.memory`, which refuses a job whose trainer
+cannot fit its GPUs (the API package cannot import the planner).
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agentrl.api import AgentRLJob
+from agentrl.api.cli import make_validate
 from agentrl.sim.architectures import UnsupportedArchitectureError
 from agentrl.sim.hardware import UnknownGPUError
+from agentrl.sim.memory import validate_trainer_memory
 from agentrl.sim.params import REPORT_SCENARIOS, SimControl, SimParams, load_params
 from agentrl.sim.plan import Plan, plan_job
 from agentrl.sim.static_plan import PlanInputError
+
+#: ``agentrl validate``: the API server's rules and the trainer's memory.
+validate = make_validate([validate_trainer_memory])
 
 #: Fields of the plan left out of ``--json`` (per-trajectory lists: charts only).
 _LONG_FIELDS = {"simulation": {"completion_times", "trajectory_tokens"}}

@@ -24,10 +24,19 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob
+from agentrl.api.trainer import TrainerBackend
 from agentrl.sim.manifest_check import warnings_for
+from agentrl.sim.memory import (
+    CheckpointVolume,
+    MemoryVerdict,
+    TrainerMemoryCheck,
+    check_trainer_memory,
+    checkpoint_volume,
+    checkpoint_volume_warning,
+)
 from agentrl.sim.params import LoopMode, SimOverrides, SimParams
 from agentrl.sim.simulation import SimResult, simulate
-from agentrl.sim.static_plan import StaticPlan, build_static_plan
+from agentrl.sim.static_plan import StaticPlan, build_static_plan, resolve_architecture
 
 #: Thresholds of the bottleneck rules above (shares).
 WAIT_SHARE = 0.10
@@ -50,6 +59,11 @@ class Plan(BaseModel):
     """What limits throughput."""
     bottleneck_reason: str
     """Why the planner thinks so."""
+    trainer_memory: TrainerMemoryCheck
+    """Peak memory per trainer GPU at ``rollout.maxTrajectoryTokens`` (:mod:`agentrl.sim.memory`),
+    or why it was not estimated."""
+    checkpoint_volume: CheckpointVolume | None
+    """The checkpoint volume's steady and peak use (megatron backend; None for torch)."""
     warnings: list[str]
     """Manifest settings at odds with the plan (``check_manifest_against_plan``)."""
 
@@ -69,7 +83,22 @@ class Plan(BaseModel):
             "gpu_idle_share": round(sim.engine_idle_share, 3),
             "rollout_tail_share": None if sim.rollout_tail_share is None
             else round(sim.rollout_tail_share, 3),
+            "trainer_memory": self._trainer_memory_summary(),
+            "checkpoint_volume_peak_gb": None if self.checkpoint_volume is None
+            else round(self.checkpoint_volume.peak_bytes / 1e9, 1),
             "warnings": self.warnings,
+        }
+
+    def _trainer_memory_summary(self) -> dict[str, object]:
+        check, est = self.trainer_memory, self.trainer_memory.estimate
+        return {
+            "verdict": check.verdict.value,
+            "gib_per_gpu": None if est is None else round(est.total_bytes / 2**30, 1),
+            "gpu": None if est is None else est.gpu,
+            "gpu_gib": None if est is None else round(est.gpu_bytes / 2**30, 1),
+            "max_trajectory_tokens": None if est is None else est.max_tokens,
+            "field": check.field,
+            "message": check.message,
         }
 
 
@@ -120,8 +149,19 @@ def plan_job(job: AgentRLJob, params: SimParams | None = None,
     static = build_static_plan(job, params, overrides, config_path)
     sim = simulate(job, static, params, overrides)
     bottleneck, reason = find_bottleneck(static, sim, job)
+    arch, _ = resolve_architecture(job, config_path)
+    memory = check_trainer_memory(job, params, arch=arch)
+    warnings = warnings_for(job, static, sim, params)
+    if memory.verdict == MemoryVerdict.TOO_LARGE:
+        warnings.append(f"{memory.field}: {memory.message}")
+    volume = None
+    if job.spec.trainer.backend == TrainerBackend.MEGATRON:
+        volume = checkpoint_volume(job, arch)
+        if (warning := checkpoint_volume_warning(job, volume)) is not None:
+            warnings.append(warning)
     return Plan(name=job.metadata.name, static=static, simulation=sim, bottleneck=bottleneck,
-                bottleneck_reason=reason, warnings=warnings_for(job, static, sim, params))
+                bottleneck_reason=reason, trainer_memory=memory, checkpoint_volume=volume,
+                warnings=warnings)
 
 
 def check_manifest_against_plan(job: AgentRLJob, params: SimParams | None = None) -> list[str]:

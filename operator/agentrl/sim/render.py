@@ -24,6 +24,16 @@ def _fmt(value: float | str | None, unit: str = "") -> str:
     return f"{value:.3g}"
 
 
+def _trainer_memory(plan: Plan) -> str:
+    est = plan.trainer_memory.estimate
+    if est is None:
+        return plan.trainer_memory.message
+    stage = "" if est.worst.stage == "only" else f", {est.worst.stage} pipeline stage"
+    verdict = "fits" if est.fits else "DOES NOT FIT"
+    return (f"{est.total_bytes / 2**30:.1f} of {est.gpu_bytes / 2**30:.0f} GiB ({est.gpu}"
+            f"{stage}) at {est.tokens:,} tokens: {verdict} (up to {est.max_tokens:,} tokens)")
+
+
 def print_plan(plan: Plan, console: Console) -> None:
     """The plan of one manifest as three tables and the warnings."""
     st, sim = plan.static, plan.simulation
@@ -45,7 +55,14 @@ def print_plan(plan: Plan, console: Console) -> None:
         ("sandbox footprint", f"{st.sandbox_cpu_cores:g} CPU, {st.sandbox_memory_gib:g} GiB, "
                               f"{st.sandbox_nodes_needed} node(s)"),
         ("GPUs", f"{st.engine_gpus} engines + {st.trainer_gpus} trainer"),
+        ("trainer memory per GPU", _trainer_memory(plan)),
     ]
+    volume = plan.checkpoint_volume
+    if volume is not None:
+        size = "an existing volume" if volume.size_bytes is None \
+            else f"{volume.size_bytes / 1e9:,.0f} GB"
+        rows.append(("checkpoint volume", f"{volume.steady_bytes / 1e9:,.0f} GB steady, "
+                                          f"{volume.peak_bytes / 1e9:,.0f} GB peak, of {size}"))
     for key, value in rows:
         static.add_row(key, value)
     console.print(static)

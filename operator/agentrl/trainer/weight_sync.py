@@ -17,7 +17,9 @@ each engine, rank offsets ``1 + i × gpusPerEngine``) on the interface pinned by
 ``/update_weights_from_distributed`` on every engine and, while those calls wait, broadcasts each
 tensor from rank 0; then flushes caches and continues. Weights never touch the disk, except that an
 exported copy is recorded in ``current-weights.json`` when an ``export`` is given (the watchdog
-loads it into a restarted engine before the next broadcast).
+loads it into a restarted engine before the next broadcast); those copies are pruned as disk
+mode prunes its exports (:func:`prune_exports`: the last ``keep``), or a 30B model's ~61 GB per
+push would fill the checkpoint volume within a few dozen steps.
 
 Both modes track the version each engine reports in ``/get_model_info`` and re-push to any
 engine that serves an older one — an engine restarted by its watchdog comes back with its
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -187,12 +190,30 @@ class DiskWeightSync:
         return [c.base_url for c in stale]
 
     def _prune(self) -> None:
-        keep = {self.path_for(self.current_version - i).name for i in range(self.keep)}
-        for child in self.weights_dir.glob("v*"):
-            if child.is_dir() and child.name not in keep and child.name[1:].isdigit():
-                for f in child.iterdir():
-                    f.unlink()
-                child.rmdir()
+        prune_exports(self.weights_dir, self.current_version, self.keep)
+
+
+def prune_exports(weights_dir: Path, current: int, keep: int) -> list[Path]:
+    """Delete exported weight directories (``v{N}/``) under ``weights_dir`` but ``keep`` of
+    them: ``v{current}`` (what ``current-weights.json`` names and engines serve) and the
+    newest ones below it. Versions are training steps, so with ``weightSync.intervalSteps`` > 1
+    they are not consecutive: "the newest below" is by number, not ``current - 1``. Versions
+    above ``current`` are left by a run that got further than the checkpoint this one resumed
+    from; they are deleted (the steps are trained again). Anything else under ``weights_dir``
+    (checkpoints, the pointer file) is left alone. Returns the directories deleted.
+    """
+    versions = sorted(
+        (int(child.name[1:]), child)
+        for child in weights_dir.glob("v*")
+        if child.is_dir() and child.name[1:].isdigit()
+    )
+    older = [path for number, path in versions if number < current]
+    kept = set(older[max(0, len(older) - keep + 1):])
+    kept.add(weights_dir / f"v{current}")
+    deleted = [path for _, path in versions if path not in kept]
+    for path in deleted:
+        shutil.rmtree(path)
+    return deleted
 
 
 def _announced(source: Any) -> tuple[list[str], list[str], list[list[int]], Iterator[Any]]:
@@ -262,6 +283,8 @@ class DistributedWeightSync:
         interface: the NIC to pin (``spec.trainer.network.ncclSocketIfname``).
         export: optionally also writes the weights to a directory, recorded in
             ``current-weights.json`` under ``weights_dir`` for the watchdog.
+        keep: exported versions kept under ``weights_dir`` (older ones are deleted after each
+            export, as in disk mode: :func:`prune_exports`).
     """
 
     def __init__(
@@ -276,6 +299,7 @@ class DistributedWeightSync:
         interface: str | None = None,
         export: Callable[[Path], Any] | None = None,
         weights_dir: Path | None = None,
+        keep: int = 2,
         initial_version: int = 0,
         timeout_seconds: float = 600.0,
     ) -> None:
@@ -288,6 +312,7 @@ class DistributedWeightSync:
         self.interface = interface
         self.export = export
         self.weights_dir = weights_dir
+        self.keep = keep
         self.timeout_seconds = timeout_seconds
         self.current_version = initial_version
         self.pushed = False
@@ -393,6 +418,7 @@ class DistributedWeightSync:
                 self.weights_dir / POINTER_FILE,
                 CurrentWeights(model_path=str(path), weight_version=str(version)),
             )
+            prune_exports(self.weights_dir, version, self.keep)
         return SyncReport(
             version=version,
             seconds=time.monotonic() - start,
