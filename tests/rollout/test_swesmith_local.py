@@ -15,14 +15,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentrl.rollout.sandbox_setup import prepare_sandbox
+from agentrl.rollout.swe_tools import SWEToolRunner
 from agentrl.rollout.tasks.model import HarnessVerification, Task
 from agentrl.rollout.tasks.swebench import (
     SWESMITH_PYTHON_TEST_COMMAND,
     TESTBED,
     task_from_instance,
+    touched_files,
 )
 from agentrl.rollout.validate import validate_task
-from agentrl.rollout.verifier import verify
+from agentrl.rollout.verifier import GradeStatus, grade_patch, verify
 from agentrl.sandbox.local import LocalProvider
 from agentrl.sandbox.provider import SandboxRequest
 from tests.rollout.test_swebench_local import GIT_ENV
@@ -113,3 +116,32 @@ async def test_validation_scores_the_bug_0_and_its_revert_1(tmp_path: Path) -> N
         ("untouched", 0.0, None),
         ("reference", 1.0, None),
     ]
+
+
+async def test_the_agents_submitted_patch_is_graded_in_a_fresh_bug_branch(tmp_path: Path) -> None:
+    """The agent fixes the bug with the editor and commits it; submit's patch is taken against
+    the bug branch as the agent found it, and grading makes the branch again in a fresh sandbox,
+    applies the patch there and runs the eval script."""
+    task = local_task().model_copy(update={"shell_setup": None})  # no conda here
+    provider = LocalProvider(base_dir=str(tmp_path))
+    async with await provider.create(SandboxRequest(episode_id="s2", workdir=task.workdir)) as box:
+        await prepare_sandbox(box, task, timeout=60)
+        tools = SWEToolRunner(box, task, timeout_seconds=60, output_max_bytes=10_000)
+        edit = {
+            "command": "str_replace",
+            "path": "shapes.py",
+            "old_str": "min(low, max(x, high))",
+            "new_str": "max(low, min(x, high))",
+        }
+        assert "has been edited" in (await tools.call("str_replace_editor", edit)).observation
+        commit = f"git add -A && {COMMIT.replace('snapshot', 'fix')}"
+        assert (await tools.call("bash", {"command": commit})).observation == "[exit code 0]"
+        submitted = await tools.call("submit", {})
+    patch = submitted.patch or ""
+    assert touched_files(patch) == ["shapes.py"]
+    result = await grade_patch(provider, task, patch, timeout=120, episode_id="s2")
+    assert (result.grade_status, result.reward, result.resolution) == (
+        GradeStatus.RESOLVED,
+        1.0,
+        "RESOLVED_FULL",
+    )

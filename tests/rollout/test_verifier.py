@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.rollout.episode import prepare_sandbox
+from agentrl.rollout.sandbox_setup import prepare_sandbox
 from agentrl.rollout.tasks.model import NamedTestsVerification
 from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.verifier import (

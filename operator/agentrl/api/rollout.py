@@ -69,6 +69,9 @@ class RolloutSpec(ManifestModel):
     """Limit of the task's tests after submit."""
     tool_output_max_bytes: int = Field(default=16384, ge=256, le=10_485_760)
     """Tool output beyond this is cut (head and tail kept) before the agent sees it."""
+    show_remaining_turns: bool = True
+    """End each tool observation with the turns the agent has left (``[N turns left]``), so it
+    learns to submit before ``maxTurns``."""
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     """Sampling temperature of agent turns."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)

@@ -78,7 +78,11 @@ class E2BSpec(ManifestModel):
     api_key_secret_ref: SecretKeyRef
     """Secret holding the E2B API key."""
     template: str = Field(default="base", min_length=1, max_length=253)
-    """E2B template used when a task names none."""
+    """E2B template used when a task names none (and its image has no entry in ``templates``)."""
+    templates: dict[ShortStr, ShortStr] = Field(default_factory=dict, max_length=10_000)
+    """E2B template of each task image (image → template, e.g. one built per SWE-bench image).
+    With this provider a task whose image is not here is refused before the run, instead of
+    running in ``template`` without its repository."""
     max_concurrent: int = Field(default=100, ge=1, le=100_000)
     """Your E2B plan's concurrent sandbox limit; caps effective concurrency."""
     max_creates_per_second: float = Field(default=5.0, gt=0.0, le=1000.0)

@@ -2,10 +2,25 @@
 
 An attempt: create a sandbox (bounded by ``sandbox.startupTimeoutSeconds``) → write the task's
 files and run its setup → the agent's turns under the episode's wall clock → the verifier →
-close the sandbox (always). The class it ends in:
+close the sandbox (always).
+
+Where the verifier runs depends on the task (:func:`grades_patch`). Tasks graded by their
+own eval script (SWE-bench, SWE-smith: :class:`~agentrl.rollout.tasks.model.HarnessVerification`)
+are graded as the SWE-bench harness grades a prediction: the agent's patch (what ``submit``
+returned, else its changes against the commit the repository was at before the agent started,
+captured while its sandbox is still leased) is applied in a *fresh* sandbox of the task, after
+the agent's is released (:func:`~agentrl.rollout.verifier.grade_patch`); nothing the agent left
+in its own sandbox besides the patch counts. The grade status goes on the trajectory and into
+``agentrl_rollout_grades_total``; a patch that applies nowhere is reward 0 (``patch_failed``), a
+grading sandbox that cannot start is an infra error like the agent's. Toy tasks (hidden tests
+written just before they run) and Harbor tasks (the reward script inspects the environment) are
+scored in the agent's own sandbox.
+
+The class it ends in:
 
 ``completed``      the agent submitted; reward from the verifier.
-``truncated``      a turn or token cap ended it; the tests still run and give the reward.
+``truncated``      a turn or token cap ended it; the tests still run (on the patch so far) and
+                   give the reward.
 ``agent_timeout``  the wall clock ran out; the tests still run (reward kept for statistics),
                    the failure policy decides what training does with it (``mask`` by default).
 ``infra_error``    the sandbox, the engine (connection error, 5xx, timeout, abort) or the verifier
@@ -28,24 +43,22 @@ from typing import Protocol
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
 from agentrl.engine_client.client import EngineError, EngineRequestError
-from agentrl.rollout import metrics
+from agentrl.rollout import grading_metrics, metrics
 from agentrl.rollout.agent import TrajectoryBuilder
 from agentrl.rollout.caps import EpisodeCaps
-from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.sandbox_setup import SetupError, prepare_sandbox
+from agentrl.rollout.swe_tools import SWEToolRunner
+from agentrl.rollout.tasks.model import HarnessVerification, Task
 from agentrl.rollout.tools import ToolRunner
 from agentrl.rollout.trajectory import Timings, Trajectory, training_action
-from agentrl.rollout.verifier import VerifierError, verify
+from agentrl.rollout.verifier import VerifierError, VerifierResult, grade_patch, verify
 from agentrl.sandbox.errors import SandboxCreateError, SandboxError
-from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
+from agentrl.sandbox.provider import SandboxProvider, SandboxRequest
 
 logger = logging.getLogger(__name__)
 
 #: Longest wait between two infra retries, whatever the backoff base says.
 MAX_RETRY_BACKOFF_SECONDS = 300.0
-
-
-class SetupError(Exception):
-    """The task's files or setup commands could not be put in place: an infra error."""
 
 
 class Agent(Protocol):
@@ -78,14 +91,10 @@ def infra_reason(exc: BaseException) -> str | None:
     return None
 
 
-async def prepare_sandbox(sandbox: Sandbox, task: Task, *, timeout: float) -> None:
-    """Write the task's files and run its setup commands (a failing one raises SetupError)."""
-    for path, content in task.files.items():
-        await sandbox.write_file(path, content)
-    for command in task.setup_commands:
-        result = await sandbox.exec(command, timeout=timeout)
-        if not result.ok:
-            raise SetupError(f"setup command {command!r} failed: {result.output[-300:]}")
+def grades_patch(task: Task) -> bool:
+    """Whether ``task`` is graded on the agent's patch in a fresh sandbox (tasks with an eval
+    script: SWE-bench, SWE-smith) rather than in the agent's own sandbox."""
+    return isinstance(task.verification, HarnessVerification)
 
 
 class EpisodeRunner:
@@ -129,6 +138,8 @@ class EpisodeRunner:
         terminal = TerminalClass.COMPLETED
         reward: float | None = None
         reason: str | None = None
+        grade_status: str | None = None
+        clean = grades_patch(task)
         metrics.EPISODES_IN_FLIGHT.inc()
         try:
             created = time.monotonic()
@@ -143,12 +154,14 @@ class EpisodeRunner:
             timings.sandbox_startup_seconds = time.monotonic() - created
             async with sandbox:
                 await prepare_sandbox(sandbox, task, timeout=caps.tool_timeout_seconds)
-                tools = ToolRunner(
+                tools = SWEToolRunner(
                     sandbox,
                     task,
                     timeout_seconds=caps.tool_timeout_seconds,
                     output_max_bytes=caps.tool_output_max_bytes,
                 )
+                if clean:  # the patch is taken against the repository as the agent found it
+                    await tools.read_base()
                 limit = min(caps.episode_timeout_seconds, task.timeout_seconds or float("inf"))
                 clock = asyncio.timeout(limit)
                 try:
@@ -161,15 +174,22 @@ class EpisodeRunner:
                     terminal = TerminalClass.AGENT_TIMEOUT
                 elif out.truncation is not None:
                     terminal = TerminalClass.TRUNCATED
-                result = await verify(sandbox, task, timeout=caps.verifier_timeout_seconds)
-                timings.verifier_seconds = result.seconds
-                reward = result.reward
+                if clean:
+                    patch = tools.patch if tools.patch is not None else await tools.capture_patch()
+                else:
+                    result = await verify(sandbox, task, timeout=caps.verifier_timeout_seconds)
+            if clean:  # the agent's sandbox is released: the patch is graded in a fresh one
+                result = await self._grade(task, patch, episode_id)
+                grade_status = result.grade_status
+            timings.verifier_seconds = result.seconds
+            reward = result.reward
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every failure here is classified, none is a reward
             terminal = TerminalClass.INFRA_ERROR
             reason = f"{infra_reason(exc)}: {type(exc).__name__}: {exc}"
             reward = None
+            grade_status = None
             if infra_reason(exc) == "internal":
                 logger.exception("episode %s: unexpected error (counted as infra)", episode_id)
         finally:
@@ -190,6 +210,7 @@ class EpisodeRunner:
             reward=reward,
             training_action=training_action(terminal, self.failure_policy),
             infra_reason=reason,
+            grade_status=grade_status,
             token_ids=out.token_ids,
             logprobs=out.logprobs,
             loss_mask=out.loss_mask,
@@ -201,6 +222,21 @@ class EpisodeRunner:
         )
         _record(trajectory)
         return trajectory
+
+    async def _grade(self, task: Task, patch: str, episode_id: str) -> VerifierResult:
+        """Grade ``patch`` in a fresh sandbox of ``task`` (its creation bounded like the
+        agent's) and count its grade status."""
+        result = await grade_patch(
+            self.provider,
+            task,
+            patch,
+            timeout=self.caps.verifier_timeout_seconds,
+            episode_id=episode_id,
+            startup_timeout=self.caps.sandbox_startup_timeout_seconds,
+        )
+        if result.grade_status is not None:
+            grading_metrics.GRADES.labels(result.grade_status.value).inc()
+        return result
 
     async def run(
         self, task: Task, *, group_id: str, policy_version: int, attempt: int = 0

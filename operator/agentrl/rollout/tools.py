@@ -9,7 +9,10 @@ fails or times out is an observation for the agent; only a sandbox failure raise
 Every observation is cut to ``rollout.toolOutputMaxBytes`` (head and tail kept) before the agent
 sees it.
 
-Callers: :mod:`agentrl.rollout.agent` (both scaffolds).
+The native tool-call set (``bash``, ``str_replace_editor``, ``submit`` with the patch) is
+:mod:`agentrl.rollout.swe_tools`, which extends :class:`ToolRunner`.
+
+Callers: :mod:`agentrl.rollout.agent` (both scaffolds), :mod:`agentrl.rollout.swe_tools`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class ToolResult(BaseModel):
     observation: str
     submitted: bool = False
     seconds: float = 0.0
+    patch: str | None = None
+    """``submit`` of :class:`~agentrl.rollout.swe_tools.SWEToolRunner`: the agent's diff
+    against the base commit (what grading applies in a fresh sandbox)."""
 
 
 def parse_action(text: str) -> ToolCall | None:

@@ -2,7 +2,8 @@
 
 A trajectory carries the exact token ids the engine saw and produced (no re-tokenisation), the
 engine's logprob of every generated token, a loss mask (1 on generated tokens, 0 on prompt and
-tool observations), the verifier's reward, exactly one terminal class, which cap truncated it,
+tool observations), the verifier's reward, exactly one terminal class, which cap truncated it
+(together: one :class:`EndReason` per way an episode ends),
 timings, and the policy version it started under (for staleness accounting and off-policy
 correction). ``training_action`` says what the failure policy does with it; infra errors are
 always ``drop`` and never carry a reward.
@@ -15,6 +16,7 @@ trainer consumes them (:mod:`agentrl.trainer.buffer`, :mod:`agentrl.trainer.batc
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -28,6 +30,33 @@ class TruncationCap(StrEnum):
     """``rollout.maxTurns`` LLM calls without a submit."""
     TRAJECTORY_TOKENS = "trajectory_tokens"
     """``rollout.maxTrajectoryTokens`` (or the engine's ``contextLength``, whichever is lower)."""
+
+
+class EndReason(StrEnum):
+    """Why an episode ended: one value per way out, finer than the terminal class (whose
+    ``truncated`` covers two caps)."""
+
+    SUBMITTED = "submitted"
+    """The agent called ``submit`` (terminal class ``completed``)."""
+    TURN_CAP = "turn_cap"
+    """``rollout.maxTurns`` reached without a submit (``truncated``)."""
+    TOKEN_CAP = "token_cap"
+    """The trajectory token budget ran out (``truncated``)."""
+    WALL_CLOCK = "wall_clock"
+    """The episode's wall clock ran out (``agent_timeout``)."""
+    INFRA_ERROR = "infra_error"
+    """The sandbox, engine or verifier failed (``infra_error``)."""
+
+
+def end_reason(terminal: TerminalClass, truncation: TruncationCap | None) -> EndReason:
+    """The end reason of an episode with this terminal class and cap."""
+    if terminal == TerminalClass.TRUNCATED:
+        return EndReason.TURN_CAP if truncation == TruncationCap.TURNS else EndReason.TOKEN_CAP
+    return {
+        TerminalClass.COMPLETED: EndReason.SUBMITTED,
+        TerminalClass.AGENT_TIMEOUT: EndReason.WALL_CLOCK,
+        TerminalClass.INFRA_ERROR: EndReason.INFRA_ERROR,
+    }[terminal]
 
 
 class Timings(BaseModel):
@@ -78,6 +107,10 @@ class Trajectory(BaseModel):
     """What the failure policy does with this trajectory."""
     infra_reason: str | None = None
     """Why an infra error happened (logged when it is dropped)."""
+    grade_status: Literal["resolved", "unresolved", "patch_failed", "empty_patch"] | None = None
+    """How grading the agent's patch in a fresh sandbox ended
+    (:class:`~agentrl.rollout.verifier.GradeStatus`); ``None`` when the task is scored in the
+    agent's own sandbox (toy and Harbor tasks) or the episode was an infra error."""
     token_ids: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
     """Engine logprob per token; 0.0 where ``loss_mask`` is 0."""
@@ -100,6 +133,11 @@ class Trajectory(BaseModel):
         if self.terminal_class == TerminalClass.INFRA_ERROR and self.reward is not None:
             raise ValueError("an infra error never carries a reward")
         return self
+
+    @property
+    def end_reason(self) -> EndReason:
+        """How the episode ended (:class:`EndReason`)."""
+        return end_reason(self.terminal_class, self.truncation)
 
     @property
     def num_turns(self) -> int:

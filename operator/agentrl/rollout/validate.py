@@ -21,7 +21,8 @@ import uuid
 
 from pydantic import BaseModel, Field
 
-from agentrl.rollout.episode import infra_reason, prepare_sandbox
+from agentrl.rollout.episode import infra_reason
+from agentrl.rollout.sandbox_setup import prepare_sandbox
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.tasks.swebench import SCRATCH_DIR
 from agentrl.rollout.tools import replace_once

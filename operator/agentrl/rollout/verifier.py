@@ -20,33 +20,51 @@ image lacks the test runner, the reward file is missing or unreadable, the sandb
 raises :class:`VerifierError` or a :class:`~agentrl.sandbox.errors.SandboxError`: an infra
 error, never a reward.
 
+Grading a submitted patch (:func:`grade_patch`) is what the SWE-bench harness does with a
+prediction: the patch goes into a *fresh* sandbox of the task (a second lease from the provider,
+prepared as an episode's is), never the agent's, through the harness's patch commands in turn
+(``git apply --verbose``, ``--3way``, ``--reject``, then ``patch --batch --forward --fuzz=5``,
+the tree reset between tries, a final ``git apply --check --reverse`` accepting a patch that is in
+although each command complained); then the task's verification runs there as above. Each
+outcome has its :class:`GradeStatus`: a patch that does not apply and an empty patch are the
+policy's doing (reward 0, ``patch_failed`` / ``empty_patch``); a grading sandbox that cannot be
+created or prepared is an infra error (the exception propagates).
+
 Callers: :mod:`agentrl.rollout.episode` and :mod:`agentrl.rollout.validate`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shlex
 import time
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from agentrl.rollout import grading, metrics
+from agentrl.rollout.sandbox_setup import prepare_sandbox
 from agentrl.rollout.tasks.model import (
     HarnessVerification,
     NamedTestsVerification,
     RewardFileVerification,
     Task,
 )
-from agentrl.rollout.tasks.swebench import SCRATCH_DIR, touched_files
-from agentrl.sandbox.provider import ExecResult, Sandbox
+from agentrl.rollout.tasks.swebench import HARNESS_APPLY_COMMANDS, SCRATCH_DIR, touched_files
+from agentrl.sandbox.errors import SandboxCreateError
+from agentrl.sandbox.provider import ExecResult, Sandbox, SandboxProvider, SandboxRequest
 
 #: Where the test patch is written before ``git apply`` (outside the repository).
 TEST_PATCH_PATH = "/tmp/agentrl_test.patch"
 #: Where a harness task's eval script and its log go (relative to the repository, in ``.git``).
 EVAL_SCRIPT_PATH = f"{SCRATCH_DIR}/eval.sh"
 EVAL_LOG_PATH = f"{SCRATCH_DIR}/test_output.txt"
+#: Where a submitted patch is written in the grading sandbox (inside ``.git``: off the tree).
+MODEL_PATCH_PATH = f"{SCRATCH_DIR}/model.patch"
+#: What the harness runs between two patch commands (a failed ``--reject`` leaves debris).
+RESET_TREE = "git checkout -- . ; git clean -fd"
 
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S.*?)(?:\s+-\s+.*)?$")
 _DJANGO_LINE = re.compile(r"^(\S+ \([^)]+\)) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure)$")
@@ -54,6 +72,19 @@ _DJANGO_LINE = re.compile(r"^(\S+ \([^)]+\)) \.\.\. (ok|FAIL|ERROR|skipped.*|exp
 
 class VerifierError(Exception):
     """The verifier could not produce a reward: an infra error."""
+
+
+class GradeStatus(StrEnum):
+    """How grading a submitted patch ended (:func:`grade_patch`)."""
+
+    RESOLVED = "resolved"
+    """The patch applied and the task's tests passed: reward 1 (harness tasks: resolved)."""
+    UNRESOLVED = "unresolved"
+    """The patch applied and the tests did not all pass (or ran past the timeout): reward 0."""
+    PATCH_FAILED = "patch_failed"
+    """No patch command applied the patch to a fresh copy of the task: reward 0."""
+    EMPTY_PATCH = "empty_patch"
+    """The agent changed nothing: reward 0, no sandbox leased."""
 
 
 class VerifierResult(BaseModel):
@@ -70,6 +101,8 @@ class VerifierResult(BaseModel):
     resolution: str | None = None
     """Harness tasks: ``RESOLVED_FULL``, ``RESOLVED_PARTIAL`` or ``RESOLVED_NO`` (``None``
     when the log could not be graded)."""
+    grade_status: GradeStatus | None = None
+    """Set by :func:`grade_patch` (``None`` when the tests ran in the agent's sandbox)."""
 
 
 def parse_pytest_log(log: str) -> dict[str, str]:
@@ -253,3 +286,67 @@ async def verify(sandbox: Sandbox, task: Task, *, timeout: float) -> VerifierRes
     seconds = time.monotonic() - start
     metrics.VERIFIER_SECONDS.observe(seconds)
     return result.model_copy(update={"seconds": seconds})
+
+
+async def apply_patch(sandbox: Sandbox, patch: str, *, timeout: float) -> str | None:
+    """Apply ``patch`` in ``sandbox``'s repository as the harness applies a prediction; the
+    last command's output when none applied it, else None."""
+    await sandbox.write_file(MODEL_PATCH_PATH, patch)
+    output = ""
+    for attempt, command in enumerate(HARNESS_APPLY_COMMANDS):
+        if attempt:
+            await sandbox.exec(RESET_TREE, timeout=timeout)
+        result = await sandbox.exec(f"{command} {MODEL_PATCH_PATH}", timeout=timeout)
+        if result.ok:
+            return None
+        output = result.output
+    check = await sandbox.exec(f"git apply --check --reverse {MODEL_PATCH_PATH}", timeout=timeout)
+    return None if check.ok else output or "the patch applies with no command"
+
+
+async def grade_patch(
+    provider: SandboxProvider,
+    task: Task,
+    patch: str,
+    *,
+    timeout: float,
+    episode_id: str,
+    startup_timeout: float | None = None,
+) -> VerifierResult:
+    """Grade a submitted ``patch`` in a fresh sandbox of ``task``: apply it there, then run the
+    task's verification (:func:`verify`). ``timeout`` bounds each command (the patch commands,
+    the setup, the tests); ``startup_timeout`` the sandbox's creation. A sandbox that cannot be
+    created (:class:`~agentrl.sandbox.errors.SandboxCreateError`) or prepared
+    (:class:`~agentrl.rollout.sandbox_setup.SetupError`) raises: an infra error."""
+    start = time.monotonic()
+    if not patch.strip():
+        return VerifierResult(reward=0.0, grade_status=GradeStatus.EMPTY_PATCH)
+    request = SandboxRequest(
+        episode_id=f"{episode_id}-grade",
+        image=task.image,
+        template=task.template,
+        workdir=task.workdir,
+    )
+    try:
+        async with asyncio.timeout(startup_timeout):
+            sandbox = await provider.create(request)
+    except TimeoutError as exc:
+        raise SandboxCreateError(
+            f"grading sandbox not ready within {startup_timeout:g}s", provider=provider.name
+        ) from exc
+    async with sandbox:
+        await prepare_sandbox(sandbox, task, timeout=timeout)
+        problem = await apply_patch(sandbox, patch, timeout=timeout)
+        if problem is not None:
+            metrics.VERIFIER_SECONDS.observe(time.monotonic() - start)
+            return VerifierResult(
+                reward=0.0,
+                grade_status=GradeStatus.PATCH_FAILED,
+                output_tail=problem[-2000:],
+                seconds=time.monotonic() - start,
+            )
+        result = await verify(sandbox, task, timeout=timeout)
+    status = GradeStatus.RESOLVED if result.reward == 1.0 else GradeStatus.UNRESOLVED
+    return result.model_copy(
+        update={"grade_status": status, "seconds": time.monotonic() - start}
+    )

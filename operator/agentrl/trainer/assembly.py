@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api.job import AgentRLJobSpec
+from agentrl.api.sandbox import SandboxProvider as ProviderName
 from agentrl.api.sandbox import SandboxSpec
 from agentrl.api.trainer import EvaluationSpec
 from agentrl.rollout.admission import StalenessAdmission
@@ -43,7 +44,7 @@ from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.runtime import provider_limit
 from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
 from agentrl.rollout.tasks import load_tasks, split_held_out
-from agentrl.rollout.tasks.model import Task
+from agentrl.rollout.tasks.model import Task, with_e2b_templates
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox import open_provider
 from agentrl.sandbox.metrics import InstrumentedProvider
@@ -75,9 +76,14 @@ class TaskSplit:
 
     @classmethod
     def of(cls, spec: AgentRLJobSpec) -> TaskSplit:
-        train, held_out = split_held_out(
-            load_tasks(spec.dataset), spec.dataset.held_out_fraction, spec.dataset.seed
-        )
+        """The run's tasks, split. With ``sandbox.provider: e2b`` each task gets the template
+        of its image (``sandbox.e2b.templates``); a task whose image has none refuses the run
+        (:class:`~agentrl.rollout.tasks.model.MissingTemplateError`, naming task and image)."""
+        tasks = load_tasks(spec.dataset)
+        if spec.sandbox.provider == ProviderName.E2B:
+            e2b = spec.sandbox.e2b
+            tasks = with_e2b_templates(tasks, e2b.templates if e2b is not None else {})
+        train, held_out = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
         return cls(train=train, held_out=held_out)
 
     @property

@@ -114,6 +114,99 @@ def test_a_row_from_before_5x_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert message.startswith(f"{path}:1 (django__django-1): not a SWE-bench instance: ")
     assert "eval_script missing; SWE-bench 5.x rows carry image, eval_script" in message
     assert "re-export the dataset with swebench>=5" in message
+    # and why none can be built for it
+    assert message.endswith(
+        "none can be built for this row: base_commit is empty; its tests are not pytest ids "
+        "(e.g. 'test_x (queries.test_q.QTests)'): eval scripts are built for pytest suites only "
+        "(swebench 5.x has no per-repository test commands to build others)"
+    )
+
+
+def plain(record: dict[str, object]) -> dict[str, object]:
+    """A row as SWE-Gym and pre-5.x exports hold it: no image, eval_script, log_parser,
+    eval_type."""
+    return {
+        k: v
+        for k, v in record.items()
+        if k not in ("image", "eval_script", "log_parser", "eval_type")
+    }
+
+
+def test_a_pytest_row_without_an_eval_script_gets_the_harness_shaped_one() -> None:
+    record = row(
+        "pydantic__pydantic-5021",
+        "pydantic/pydantic",
+        fail_to_pass=["tests/test_m.py::test_new"],
+        pass_to_pass=["tests/test_m.py::test_old"],
+        log_parser="parse_log_pytest",
+        test_command="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        test_file="tests/test_m.py",
+        image=False,
+    )
+    task = task_from_instance(plain(record))
+    verification = task.verification
+    assert isinstance(verification, HarnessVerification)
+    assert (verification.log_parser, verification.eval_type) == (
+        "parse_log_pytest",
+        "pass_and_fail",
+    )
+    assert task.image == "swebench/sweb.eval.x86_64.pydantic_1776_pydantic-5021:latest"
+    # the harness's script for the row (the fixture's rendering of it), plus the exit status
+    # record the harness adds
+    expected = str(record["eval_script"]).replace(
+        ": '>>>>> End Test Output'",
+        "SWEBENCH_TEST_EXIT_CODE=$?\n: '>>>>> End Test Output'\n"
+        'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"',
+    )
+    assert verification.eval_script == expected
+    assert task.shell_setup == "source /opt/miniconda3/bin/activate\nconda activate testbed"
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"test_patch": ""}, "test_patch changes no file"),
+        ({"log_parser": "parse_log_django"}, "log_parser 'parse_log_django' is not "),
+        (
+            {"FAIL_TO_PASS": json.dumps(["test_new (m.tests.T)"])},
+            "its tests are not pytest ids (e.g. 'test_new (m.tests.T)')",
+        ),
+    ],
+)
+def test_a_row_without_an_eval_script_that_none_can_be_built_for_is_refused_naming_it(
+    changes: dict[str, object], reason: str
+) -> None:
+    record = plain(
+        row(
+            "org__lib-7",
+            "org/lib",
+            fail_to_pass=["tests/test_m.py::test_new"],
+            pass_to_pass=[],
+            log_parser="parse_log_pytest",
+            test_command="pytest",
+            test_file="tests/test_m.py",
+        )
+    )
+    with pytest.raises(DatasetError) as caught:
+        task_from_instance({**record, **changes}, "d.jsonl:3")
+    message = str(caught.value)
+    assert message.startswith("d.jsonl:3 (org__lib-7): not a SWE-bench instance: eval_script")
+    assert reason in message
+
+
+def test_a_row_with_an_eval_script_but_no_log_parser_is_refused() -> None:
+    record = row(
+        "org__lib-7",
+        "org/lib",
+        fail_to_pass=["tests/test_m.py::test_new"],
+        pass_to_pass=[],
+        log_parser="parse_log_pytest",
+        test_command="pytest",
+        test_file="tests/test_m.py",
+    )
+    del record["log_parser"]
+    with pytest.raises(DatasetError, match=r"^instance \(org__lib-7\): .*log_parser missing"):
+        task_from_instance(record)
 
 
 def test_a_log_parser_we_do_not_implement_is_refused_naming_it() -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import click
 
+from agentrl.api.sandbox import SandboxSpec
 from agentrl.api.wire import CONFIG_RUNTIME_KEY, RuntimeConfig, SandboxPods, config_map_name
 from agentrl.rollout.tasks import generate_toy_tasks, load_dataset, task_images
+from agentrl.rollout.tasks.model import MissingTemplateError, Task, with_e2b_templates
 
 
 @click.group()
@@ -132,6 +134,19 @@ def applied_sandbox_pods(
     return runtime.sandbox.pods
 
 
+def with_provider_templates(items: list[Task], sandbox: SandboxSpec) -> list[Task]:
+    """The tasks as ``sandbox``'s provider runs them: on E2B, each with the template of its
+    image (``spec.sandbox.e2b.templates``), a task whose image has none refused before anything
+    runs (naming the task, its image and the field); elsewhere unchanged."""
+    if sandbox.provider != "e2b":
+        return items
+    templates = sandbox.e2b.templates if sandbox.e2b is not None else {}
+    try:
+        return with_e2b_templates(items, templates)
+    except MissingTemplateError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @tasks.command()
 @click.argument("dataset")
 @click.option(
@@ -197,7 +212,6 @@ def validate(
     import yaml
 
     from agentrl.api import AgentRLJob
-    from agentrl.api.sandbox import SandboxSpec
     from agentrl.rollout.validate import validate_dataset
     from agentrl.sandbox import open_provider
 
@@ -234,6 +248,7 @@ def validate(
             namespace = namespace or pods.template["metadata"].get("namespace")
     else:
         sandbox_spec = SandboxSpec(provider=provider)  # type: ignore[arg-type]
+    items = with_provider_templates(items, sandbox_spec)
 
     async def run() -> list:  # type: ignore[type-arg]
         sandboxes = open_provider(

@@ -11,6 +11,7 @@ Callers: the loaders beside this module produce tasks; :mod:`agentrl.rollout.epi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -124,6 +125,10 @@ class Task(BaseModel):
     """Files (relative to the workdir) written into the sandbox before the agent starts."""
     setup_commands: list[str] = Field(default_factory=list)
     """Commands run in the workdir before the agent starts (a failure is an infra error)."""
+    shell_setup: str | None = None
+    """Lines the agent's ``bash`` tool runs before each command, in the same shell (SWE-bench
+    and SWE-smith images: activate the ``testbed`` conda environment, as their eval scripts
+    do); ``None`` runs commands in the image's plain environment."""
     visible_test_command: str | None = None
     """What the ``run_tests`` tool runs; ``None`` means the task has no visible tests."""
     candidate_edits: list[CandidateEdit] = Field(default_factory=list)
@@ -134,3 +139,31 @@ class Task(BaseModel):
     """Toy tasks: the kind of the planted bug (for statistics; never shown to the agent)."""
     timeout_seconds: float | None = None
     """The task's own agent timeout (Harbor ``[agent] timeout_sec``); capped by the spec's."""
+
+
+class MissingTemplateError(ValueError):
+    """Tasks name images that ``spec.sandbox.e2b.templates`` maps to no E2B template."""
+
+
+def with_e2b_templates(tasks: list[Task], templates: Mapping[str, str]) -> list[Task]:
+    """The tasks with the E2B template of their image (``spec.sandbox.e2b.templates``).
+
+    E2B starts sandboxes from templates, not images: a task whose image has no template would
+    run in the default template, without its repository or environment, and score 0 for no
+    fault of the policy. Such tasks are refused, all named at once, before anything runs. Tasks
+    without an image (toy tasks) and tasks that name their own template are kept as they are.
+    """
+    missing = [t for t in tasks if t.image and not t.template and t.image not in templates]
+    if missing:
+        shown = ", ".join(f"{t.id} ({t.image})" for t in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise MissingTemplateError(
+            f"{len(missing)} tasks run in images with no E2B template: {shown}{more}; add each "
+            "image to spec.sandbox.e2b.templates (image: template) or drop its tasks"
+        )
+    return [
+        t.model_copy(update={"template": templates[t.image]})
+        if t.image and not t.template
+        else t
+        for t in tasks
+    ]

@@ -9,8 +9,16 @@ the ``>>>>> Start/End Test Output`` markers, reset again), the ``log_parser`` th
 test output and the ``eval_type``. The task keeps them as they are, so the verifier runs the
 harness's own evaluation (:class:`~agentrl.rollout.tasks.model.HarnessVerification`). A row
 without ``image`` gets the harness's name for it (``swebench/sweb.eval.x86_64.<id>:latest``,
-lower case, ``__`` spelled ``_1776_``); a row without ``eval_script`` or ``log_parser`` (an
-export from before 5.x) is refused with the fix, and so is a log parser we do not implement.
+lower case, ``__`` spelled ``_1776_``); a log parser we do not implement is refused.
+
+Rows without ``eval_script`` (SWE-Gym, exports from before 5.x) are what many users hold.
+swebench 5.x no longer builds eval scripts (its ``make_test_spec`` takes the row's script; the
+per-repository test commands of 4.x, ``MAP_REPO_VERSION_TO_SPECS``, are gone), so the loader
+builds the script itself for the rows it can: a pytest suite (every FAIL_TO_PASS/PASS_TO_PASS id
+is ``file.py::name``) with a ``base_commit`` and a ``test_patch``. The script has the harness's
+structure (:func:`built_eval_script`) and is graded with ``parse_log_pytest``. Any other row
+without a script (Django's or SymPy's own runners, a missing test patch) is refused naming the row
+and what is missing.
 
 SWE-smith rows (:class:`SWESmithInstance`, recognised by ``image_name``) name one image per
 repository snapshot; their ``patch`` *creates* the bug. SWE-smith checks out the bug's branch
@@ -20,6 +28,9 @@ reference solution reverts the bug. The eval script is the one SWE-smith's harne
 its Python profile, after its own preparation: test files of FAIL_TO_PASS/PASS_TO_PASS as of the
 bug commit, then the profile's test command (the environment activation is part of it) between
 the markers; it is graded with SWE-smith's parser and rules.
+
+Both kinds of task carry the images' ``testbed`` activation (:data:`TESTBED_ACTIVATE`) as
+``shell_setup``: the agent's ``bash`` runs in the environment the tests run in.
 
 ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON lists or JSON-encoded strings of lists (the
 Hugging Face exports do the latter).
@@ -70,6 +81,16 @@ HARNESS_APPLY_COMMANDS: Final = (
     "git apply --verbose --reject",
     "patch --batch --forward --fuzz=5 -p1 -i",
 )
+#: Activation of the images' ``testbed`` conda environment, as the harness's eval scripts (and
+#: SWE-smith's test command) do it; the agent's ``bash`` tool runs it before each command.
+TESTBED_ACTIVATE: Final = ("source /opt/miniconda3/bin/activate", "conda activate testbed")
+#: The test command of built eval scripts: pytest with a per-test summary line (``-rA``), no
+#: tracebacks, no cache written into the tree.
+PYTEST_COMMAND: Final = "pytest --no-header -rA --tb=no -p no:cacheprovider"
+#: The log parser of built eval scripts.
+PYTEST_LOG_PARSER: Final = "parse_log_pytest"
+#: Delimiter of the heredoc carrying the test patch (the harness's).
+HEREDOC: Final = "EOF_114329324912"
 #: SWE-smith's Python profile test command (``swesmith.profiles.python.PythonProfile``).
 SWESMITH_PYTHON_TEST_COMMAND: Final = (
     "source /opt/miniconda3/bin/activate; conda activate testbed; "
@@ -120,8 +141,11 @@ class SWEBenchInstance(_Instance):
     environment_setup_commit: str = ""
     image: str | None = None
     """The evaluation image; unset: the harness's name for it (:func:`swebench_image`)."""
-    eval_script: str = Field(min_length=1)
-    log_parser: str = Field(min_length=1)
+    eval_script: str | None = None
+    """Unset (SWE-Gym, exports from before 5.x): built for pytest suites
+    (:func:`built_eval_script`), else the row is refused."""
+    log_parser: str | None = None
+    """Unset: ``parse_log_pytest`` for a built script; a row with a script must name it."""
     eval_type: Literal["pass_and_fail", "fail_only"] | None = None
     """Unset: ``fail_only`` for the repositories the harness grades so, else pass_and_fail."""
     image_assets: dict[str, Any] | str | None = None
@@ -147,8 +171,8 @@ class SWEBenchInstance(_Instance):
 
     @field_validator("log_parser")
     @classmethod
-    def _known_parser(cls, value: str) -> str:
-        if value not in log_parsers.PARSERS:
+    def _known_parser(cls, value: str | None) -> str | None:
+        if value is not None and value not in log_parsers.PARSERS:
             supported = ", ".join(sorted(p for p in log_parsers.PARSERS if p.startswith("parse")))
             raise ValueError(
                 f"log_parser {value!r} is not supported (supported: {supported}); "
@@ -210,8 +234,68 @@ def swesmith_eval_script(instance: SWESmithInstance) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _is_pytest_id(test: str) -> bool:
+    path, sep, name = test.partition("::")
+    return bool(sep and name) and path.endswith(".py") and " " not in path
+
+
+def unbuildable(instance: SWEBenchInstance) -> list[str]:
+    """Why no eval script can be built for a row without one (empty: it can)."""
+    reasons = []
+    if not instance.base_commit:
+        reasons.append("base_commit is empty")
+    if not touched_files(instance.test_patch):
+        reasons.append("test_patch changes no file")
+    other = next(
+        (t for t in [*instance.fail_to_pass, *instance.pass_to_pass] if not _is_pytest_id(t)),
+        None,
+    )
+    if other is not None:
+        reasons.append(
+            f"its tests are not pytest ids (e.g. {other!r}): eval scripts are built for pytest "
+            "suites only (swebench 5.x has no per-repository test commands to build others)"
+        )
+    if instance.log_parser not in (None, PYTEST_LOG_PARSER):
+        reasons.append(f"log_parser {instance.log_parser!r} is not {PYTEST_LOG_PARSER!r}")
+    return reasons
+
+
+def built_eval_script(instance: SWEBenchInstance) -> str:
+    """The eval script of a pytest row that carries none, with the structure of the harness's
+    scripts: activate ``testbed`` and ``cd`` to the repository, informational git commands, the
+    test patch's files reset to ``base_commit``, the test patch applied from a heredoc, pytest
+    on the files of the FAIL_TO_PASS/PASS_TO_PASS ids between the markers, the reset again
+    (``HEAD``-independent, so the agent's commits change nothing)."""
+    reasons = unbuildable(instance)
+    if reasons:
+        raise ValueError("; ".join(reasons))
+    base = instance.base_commit
+    reset = f"git checkout {base} {_quoted(touched_files(instance.test_patch))}"
+    tests = _test_files([*instance.fail_to_pass, *instance.pass_to_pass])
+    lines = [
+        *grading.SCRIPT_HEADER,
+        *TESTBED_ACTIVATE,
+        f"cd {TESTBED}",
+        f"git config --global --add safe.directory {TESTBED}",
+        f"cd {TESTBED}",
+        "git status",
+        "git show",
+        f"git -c core.fileMode=false diff {base}",
+        *TESTBED_ACTIVATE,
+        reset,
+        f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}",
+        f": '{grading.START_TEST_OUTPUT}'",
+        f"{PYTEST_COMMAND} {_quoted(tests)}",
+        f": '{grading.END_TEST_OUTPUT}'",
+        reset,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def task_from_swebench(instance: SWEBenchInstance) -> Task:
-    """A SWE-bench 5.x instance as a task graded by its own eval script."""
+    """A SWE-bench 5.x instance as a task graded by its own eval script (built for a pytest
+    row without one; other rows without one raise :class:`ValueError` naming why)."""
+    eval_script = instance.eval_script or built_eval_script(instance)
     eval_type = instance.eval_type or (
         "fail_only" if instance.repo in FAIL_ONLY_REPOS else "pass_and_fail"
     )
@@ -221,10 +305,11 @@ def task_from_swebench(instance: SWEBenchInstance) -> Task:
         instruction=instance.problem_statement,
         image=instance.image or swebench_image(instance.instance_id),
         workdir=TESTBED,
+        shell_setup="\n".join(TESTBED_ACTIVATE),
         verification=HarnessVerification(
             harness="swebench",
-            eval_script=grading.harness_eval_script(instance.eval_script),
-            log_parser=instance.log_parser,
+            eval_script=grading.harness_eval_script(eval_script),
+            log_parser=instance.log_parser or PYTEST_LOG_PARSER,
             eval_type=eval_type,
             fail_to_pass=instance.fail_to_pass,
             pass_to_pass=instance.pass_to_pass,
@@ -264,6 +349,7 @@ def task_from_swesmith(instance: SWESmithInstance) -> Task:
         instruction=instance.problem_statement,
         image=instance.image_name,
         workdir=TESTBED,
+        shell_setup="\n".join(TESTBED_ACTIVATE),
         files={BUG_PATCH_PATH: instance.patch},
         setup_commands=[swesmith_setup(instance)],
         verification=HarnessVerification(
@@ -307,6 +393,19 @@ def task_from_instance(record: dict[str, Any], where: str = "instance") -> Task:
     if isinstance(instance, SWESmithInstance):
         return task_from_swesmith(instance)
     assert isinstance(instance, SWEBenchInstance)
+    ident = record.get("instance_id")
+    label = f"{where} ({ident})" if ident else where
+    fix = (
+        "SWE-bench 5.x rows carry image, eval_script, log_parser and eval_type (re-export the "
+        "dataset with swebench>=5)"
+    )
+    if instance.eval_script is None and (reasons := unbuildable(instance)):
+        raise DatasetError(
+            f"{label}: not a SWE-bench instance: eval_script missing; {fix}, and none can be "
+            f"built for this row: {'; '.join(reasons)}"
+        )
+    if instance.eval_script is not None and instance.log_parser is None:
+        raise DatasetError(f"{label}: not a SWE-bench instance: log_parser missing; {fix}")
     return task_from_swebench(instance)
 
 
