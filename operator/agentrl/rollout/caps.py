@@ -25,6 +25,8 @@ class EpisodeCaps(BaseModel):
     tool_timeout_seconds: float = 180.0
     verifier_timeout_seconds: float = 1800.0
     tool_output_max_bytes: int = 16384
+    show_remaining_turns: bool = True
+    """End each turn's last tool observation with the turns left (native tool calls)."""
     sandbox_startup_timeout_seconds: float = 300.0
     temperature: float = 1.0
     top_p: float = 1.0
@@ -41,6 +43,7 @@ class EpisodeCaps(BaseModel):
             tool_timeout_seconds=rollout.tool_timeout_seconds,
             verifier_timeout_seconds=rollout.verifier_timeout_seconds,
             tool_output_max_bytes=rollout.tool_output_max_bytes,
+            show_remaining_turns=rollout.show_remaining_turns,
             sandbox_startup_timeout_seconds=spec.sandbox.startup_timeout_seconds,
             temperature=rollout.temperature,
             top_p=rollout.top_p,

@@ -97,19 +97,33 @@ def engine_pool_size(spec: AgentRLJobSpec, concurrency: int) -> int:
     return min(connection_pool_size(spec), concurrency + CONTROL_CONNECTIONS)
 
 
-async def turn_tokenizer_for(client: EngineClient) -> TurnTokenizer:
+async def turn_tokenizer_for(
+    client: EngineClient, spec: AgentRLJobSpec | None = None, *, config_map_dir: str | None = None
+) -> TurnTokenizer:
     """The turn tokenizer matching the engine's ``/get_model_info`` ``tokenizer_path``: the tiny
     policy's word tokenizer, or the model's Hugging Face tokenizer and chat template
-    (:mod:`agentrl.rollout.hf_tokenizer`)."""
+    (:mod:`agentrl.rollout.hf_tokenizer`). From ``spec``: ``spec.model.chatTemplate`` (a
+    ConfigMap's template is read where it is mounted, ``config_map_dir``) and
+    ``spec.model.toolCallParser``, with which the agent acts through native tool calls and the
+    template is given the tool schemas of :func:`~agentrl.rollout.swe_tools.tool_schemas`."""
     from agentrl.tiny.tokenizer import TOKENIZER_NAME
 
     info = await client.get_model_info()
     if info.tokenizer_path in (None, TOKENIZER_NAME):
         return WordTurnTokenizer()
     from agentrl.rollout.hf_tokenizer import load_hf_turn_tokenizer
+    from agentrl.rollout.swe_tools import tool_schemas
 
+    parser = spec.model.tool_call_parser if spec is not None else None
     # Reads the tokenizer files and checks the template: off the event loop.
-    return await asyncio.to_thread(load_hf_turn_tokenizer, info.tokenizer_path)
+    return await asyncio.to_thread(
+        load_hf_turn_tokenizer,
+        info.tokenizer_path,
+        chat_template=spec.model.chat_template if spec is not None else None,
+        config_map_dir=config_map_dir,
+        tools=tool_schemas() if parser else None,
+        tool_call_parser=parser,
+    )
 
 
 def remote_worker_pool_size(spec: AgentRLJobSpec) -> int:
@@ -147,7 +161,7 @@ async def open_episode_runner(
     pool = EnginePool(clients)
     try:
         caps = EpisodeCaps.from_spec(spec)
-        agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0]), caps)
+        agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0], spec), caps)
         runner = EpisodeRunner(
             provider=provider,
             agent=agent,
