@@ -332,4 +332,36 @@ INVALID: list[Case] = [
         spec({"trainer": {"checkpoint": {"storageClassName": "fast ssd"}}}),
         "spec.trainer.checkpoint.storageClassName",
     ),
+    Case(
+        "a model path on a PVC that names the mount point again (/models/models/...)",
+        spec({"model": {"source": {"path": "/models/Qwen3-8B", "pvc": "models"}}}),
+        "spec.model.source.path",
+    ),
+    Case(
+        "a chat template given two ways",
+        spec({"model": {"chatTemplate": {"bundled": "qwen3-instruct", "path": "t.jinja"}}}),
+        "spec.model.chatTemplate",
+    ),
+    Case(
+        "an XML tool-call parser with a JSON-call bundled template",
+        spec(
+            {
+                "model": {
+                    "toolCallParser": "qwen3_coder",
+                    "chatTemplate": {"bundled": "qwen3-instruct"},
+                }
+            }
+        ),
+        "spec.model.toolCallParser",
+    ),
+    Case(
+        "auto as the tool-call parser of a model the training rollout parses itself",
+        spec({"model": {"toolCallParser": "auto"}}),
+        "spec.model.toolCallParser",
+    ),
+    Case(
+        "an SGLang tool-call parser the training rollout has no parser for",
+        spec({"model": {"toolCallParser": "llama3", "chatTemplate": {"path": "t.jinja"}}}),
+        "spec.model.toolCallParser",
+    ),
 ]

@@ -40,7 +40,8 @@ def test_a_parser_that_cannot_read_the_bundled_templates_calls_is_refused(
     parser: str, template: str
 ) -> None:
     errors = errors_of({"toolCallParser": parser, "chatTemplate": {"bundled": template}})
-    assert [e.path for e in errors] == ["spec.model.toolCallParser"]
+    # llama3 is also refused as a parser the training rollout does not have (one more error).
+    assert {e.path for e in errors} == {"spec.model.toolCallParser"}
     message = errors[0].message
     assert f"toolCallParser {parser}" in message
     assert f"bundled chat template {template}" in message
@@ -55,7 +56,6 @@ def test_a_parser_that_cannot_read_the_bundled_templates_calls_is_refused(
         ("qwen", "qwen3-thinking"),
         ("qwen25", "qwen3-thinking"),
         ("qwen3_coder", "qwen3-coder"),
-        ("auto", "qwen3-coder"),
     ],
 )
 def test_a_parser_of_the_templates_syntax_is_accepted(parser: str, template: str) -> None:
@@ -64,7 +64,7 @@ def test_a_parser_of_the_templates_syntax_is_accepted(parser: str, template: str
 
 def test_the_pair_is_not_judged_when_either_side_is_unknown() -> None:
     # A template file's syntax is only known once the rollout workers read it.
-    assert errors_of({"toolCallParser": "llama3", "chatTemplate": {"path": "t.jinja"}}) == []
+    assert errors_of({"toolCallParser": "qwen25", "chatTemplate": {"path": "t.jinja"}}) == []
     assert errors_of({"chatTemplate": {"bundled": "qwen3-coder"}}) == []
     assert errors_of({"toolCallParser": "qwen3_coder"}) == []
 
@@ -113,12 +113,12 @@ def test_an_unknown_bundled_template_is_refused_with_the_names_allowed() -> None
 def test_the_pure_rule() -> None:
     assert tool_call_format_mismatch(None, ToolCallSyntax.XML) is None
     assert tool_call_format_mismatch("qwen3_coder", None) is None
-    assert tool_call_format_mismatch("auto", ToolCallSyntax.JSON) is None
+    assert tool_call_format_mismatch("auto", ToolCallSyntax.JSON) is not None
     assert tool_call_format_mismatch("hermes", ToolCallSyntax.JSON) is None
     message = tool_call_format_mismatch("hermes", ToolCallSyntax.XML, template="my.jinja")
     assert message is not None
     assert "cannot read the tool calls of my.jinja" in message
-    assert "spec.model.toolCallParser to one of qwen3_coder, auto" in message
+    assert "spec.model.toolCallParser to one of qwen3_coder, or spec.model.chatTemplate" in message
 
 
 def test_every_parser_the_rule_knows_is_one_sglang_accepts() -> None:
@@ -126,3 +126,22 @@ def test_every_parser_the_rule_knows_is_one_sglang_accepts() -> None:
 
     assert set(PARSER_CALL_SYNTAX) <= set(TOOL_CALL_PARSERS)
     assert set(TEMPLATE_CALL_SYNTAX) == set(BundledChatTemplate)
+
+
+@pytest.mark.parametrize("parser", ["auto", "llama3", "deepseekv3"])
+def test_a_parser_the_training_rollout_lacks_is_refused_for_a_real_model(parser: str) -> None:
+    # auto fits the bundled template's syntax for SGLang, but the rollout reads calls itself.
+    errors = errors_of({"toolCallParser": parser, "chatTemplate": {"path": "t.jinja"}})
+    assert [e.path for e in errors] == ["spec.model.toolCallParser"]
+    assert errors[0].message == (
+        f"toolCallParser {parser} has no parser in the training rollout, which reads the tool "
+        "calls from the generated tokens itself: set spec.model.toolCallParser to one of qwen, "
+        "qwen25, hermes, qwen3_coder"
+    )
+    assert errors_of({"toolCallParser": "auto", "chatTemplate": {"bundled": "qwen3-coder"}}) != []
+
+
+@pytest.mark.parametrize("parser", ["auto", "llama3"])
+def test_the_tiny_policy_takes_any_sglang_parser(parser: str) -> None:
+    # It acts in text; the parser only reaches an engine's OpenAI endpoint.
+    assert errors_of({"source": {"path": "tiny"}, "toolCallParser": parser}) == []

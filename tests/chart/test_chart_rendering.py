@@ -304,7 +304,9 @@ def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) 
     }}})
     alerts = _alerts(docs)
     assert set(alerts) == {"AgentRLJobFailed", "AgentRLJobDegraded", "AgentRLOperatorDown",
-                           "AgentRLEngineFaultRateHigh", "AgentRLInfraErrorRateHigh"}
+                           "AgentRLEngineFaultRateHigh", "AgentRLInfraErrorRateHigh",
+                           "AgentRLToolCallParseFailureRateHigh", "AgentRLNoToolCallRateHigh",
+                           "AgentRLPrefixBreakRateHigh"}
     assert alerts["AgentRLJobFailed"]["expr"] == (
         'agentrl_jobs_by_condition{condition="Failed",status="True"} > 0')
     assert alerts["AgentRLJobDegraded"]["expr"] == (
@@ -322,6 +324,60 @@ def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) 
     # Prometheus templates survive Helm's own templating untouched
     assert alerts["AgentRLEngineFaultRateHigh"]["annotations"]["summary"] == (
         "Engine {{ $labels.namespace }}/{{ $labels.pod }}: {{ $value | humanize }} faults/h")
+
+
+def test_tool_health_alerts_watch_parse_failures_turns_without_calls_and_prefix_breaks(
+    helm: Helm,
+) -> None:
+    docs = helm.template({"metrics": {"prometheusRule": {
+        "enabled": True, "toolCallParseFailureRatio": 0.3, "noToolCallRatio": 0.6,
+        "prefixBreakRatio": 0.02, "toolRateWindow": "2h",
+    }}})
+    alerts = {name: " ".join(rule["expr"].split()) for name, rule in _alerts(docs).items()}
+    by = "sum by (namespace, agentrl_job)"
+    assert alerts["AgentRLToolCallParseFailureRateHigh"] == (
+        f"{by} (rate(agentrl_rollout_tool_call_parse_failures_total[2h]))"
+        f" / ({by} (rate(agentrl_rollout_tool_calls_parsed_total[2h]))"
+        f" + {by} (rate(agentrl_rollout_tool_call_parse_failures_total[2h]))) > 0.3")
+    assert alerts["AgentRLNoToolCallRateHigh"] == (
+        f"{by} (rate(agentrl_rollout_turns_without_tool_call_total[2h]))"
+        f" / {by} (rate(agentrl_rollout_llm_call_seconds_count[2h])) > 0.6")
+    assert alerts["AgentRLPrefixBreakRateHigh"] == (
+        f'{by} (rate(agentrl_rollout_tito_prefix_checks_total{{result="break"}}[2h]))'
+        f" / {by} (rate(agentrl_rollout_tito_prefix_checks_total[2h])) > 0.02")
+    rules = _alerts(docs)
+    assert rules["AgentRLNoToolCallRateHigh"]["labels"] == {"severity": "warning"}
+    assert rules["AgentRLNoToolCallRateHigh"]["annotations"]["summary"] == (
+        "{{ $labels.namespace }}/{{ $labels.agentrl_job }}: {{ $value | humanizePercentage }}"
+        " of turns call no tool")
+    # the defaults of values.yaml
+    defaults = {name: " ".join(rule["expr"].split())
+                for name, rule in _alerts(helm.template(
+                    {"metrics": {"prometheusRule": {"enabled": True}}})).items()}
+    assert defaults["AgentRLToolCallParseFailureRateHigh"].endswith("[30m]))) > 0.2")
+    assert defaults["AgentRLNoToolCallRateHigh"].endswith("[30m])) > 0.5")
+    assert defaults["AgentRLPrefixBreakRateHigh"].endswith("[30m])) > 0.01")
+
+
+def test_every_alert_reads_series_the_code_exports_with_labels_they_carry(helm: Helm) -> None:
+    from tests.contracts.test_dashboard_metrics import (
+        TARGET_LABELS,
+        _label_names,
+        _ours,
+        labels_used,
+        metric_names,
+    )
+
+    ours, carried = _ours(), _label_names()
+    docs = helm.template({"metrics": {"prometheusRule": {"enabled": True}}})
+    for name, rule in _alerts(docs).items():
+        names = metric_names(rule["expr"])
+        assert names, name
+        if names == {"up"}:  # Prometheus' own series of a scrape target
+            continue
+        assert names <= set(ours), (name, sorted(names - set(ours)))
+        labels = set().union(*(carried[n] for n in names)) | TARGET_LABELS
+        assert labels_used(rule["expr"]) <= labels, (name, labels_used(rule["expr"]) - labels)
 
 
 def test_alert_metric_names_are_the_ones_the_code_exports() -> None:

@@ -145,6 +145,36 @@ def test_every_rollout_volume_is_read_only():
     assert claims == [{"claimName": "weights", "readOnly": True}]
 
 
+def test_a_config_map_chat_template_is_mounted_read_only_with_only_its_key():
+    job = (
+        make_job("swe")
+        .with_spec("model.chatTemplate", {"configMapKeyRef": {"name": "tpl", "key": "qwen.jinja"}})
+        .obj()
+    )
+    pod = _worker_pod(job)
+    assert pod["volumes"] == [
+        {"name": "config", "configMap": {"name": "swe-config"}},
+        {
+            "name": "chat-template",
+            "configMap": {"name": "tpl", "items": [{"key": "qwen.jinja", "path": "qwen.jinja"}]},
+        },
+    ]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
+        {"name": "chat-template", "mountPath": "/etc/agentrl-chat-template", "readOnly": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    "template", [{"bundled": "qwen3-coder"}, {"path": "chat_template_keep_thinking.jinja"}]
+)
+def test_other_chat_template_sources_mount_nothing(template: dict[str, str]):
+    # A bundled template ships in the image; a path template is in the model directory.
+    pod = _worker_pod(make_job("swe").with_spec("model.chatTemplate", template).obj())
+    assert [v["name"] for v in pod["volumes"]] == ["config"]
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["config"]
+
+
 def test_rollout_workers_offer_ray_their_cpu_request_not_the_nodes_cpus():
     # Without --num-cpus Ray counts every CPU of the node (no CPU limit): one pod could take all
     # the workers' bundles.

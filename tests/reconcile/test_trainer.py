@@ -167,3 +167,28 @@ def test_the_trainer_role_allows_only_its_progress_annotation_and_events():
     assert objs["RoleBinding"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "swe-trainer", "namespace": "rl"}
     ]
+
+
+def test_the_trainer_mounts_a_config_map_chat_template_for_the_episodes_it_runs_itself():
+    # Without rollout workers the driver runs the episodes and renders them with the template.
+    job = (
+        make_job("swe")
+        .with_model_pvc("weights", "Qwen3-8B")
+        .with_spec("model.chatTemplate", {"configMapKeyRef": {"name": "tpl", "key": "t.jinja"}})
+        .obj()
+    )
+    pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
+    assert pod["volumes"][-2:] == [
+        {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}},
+        {
+            "name": "chat-template",
+            "configMap": {"name": "tpl", "items": [{"key": "t.jinja", "path": "t.jinja"}]},
+        },
+    ]
+    assert pod["containers"][0]["volumeMounts"][-1] == {
+        "name": "chat-template",
+        "mountPath": "/etc/agentrl-chat-template",
+        "readOnly": True,
+    }
+    plain = make_job("swe").obj()
+    assert "chat-template" not in str(trainer.trainer_job(plain, BuildContext.for_job(plain)))

@@ -25,6 +25,9 @@ MODEL_MOUNT_PATH: Final = "/models"
 #: The manifest fields the chat-format rules and errors name.
 CHAT_TEMPLATE_FIELD = "spec.model.chatTemplate"
 TOOL_CALL_PARSER_FIELD = "spec.model.toolCallParser"
+#: The ``spec.model.source.path`` of the built-in tiny policy, which acts in text, not through
+#: a tool-call parser (``agentrl.tiny.policy.BUILTIN_PATH``).
+TINY_POLICY_PATH: Final = "tiny"
 
 
 class ToolCallSyntax(StrEnum):
@@ -65,18 +68,23 @@ PARSER_CALL_SYNTAX: dict[str, ToolCallSyntax] = {
 }
 
 
+#: The ``toolCallParser`` values the training rollout reads, as the rule's message lists them.
+_ROLLOUT_PARSERS = ", ".join(PARSER_CALL_SYNTAX)
+
+
 def compatible_parsers(syntax: ToolCallSyntax) -> tuple[str, ...]:
-    """The ``toolCallParser`` values that read ``syntax``: its parsers, and ``auto`` (SGLang
-    picks the parser from the template)."""
-    return (*(p for p, s in PARSER_CALL_SYNTAX.items() if s == syntax), "auto")
+    """The ``toolCallParser`` values that read ``syntax``. Not ``auto``: SGLang would pick a
+    parser from the template for its OpenAI endpoint, but the training rollout reads the calls
+    itself and needs the parser named."""
+    return tuple(p for p, s in PARSER_CALL_SYNTAX.items() if s == syntax)
 
 
 def tool_call_format_mismatch(
     parser: str | None, syntax: ToolCallSyntax | None, *, template: str = "the chat template"
 ) -> str | None:
     """Why ``parser`` cannot read the tool calls of a template rendering ``syntax``, or None
-    when they fit or either is unknown. A parser outside :data:`PARSER_CALL_SYNTAX` (other than
-    ``auto``) with a known syntax does not fit: none of the bundled syntaxes is its own."""
+    when they fit or either is unknown. A parser outside :data:`PARSER_CALL_SYNTAX` with a
+    known syntax does not fit: none of the bundled syntaxes is its own."""
     if parser is None or syntax is None or parser in compatible_parsers(syntax):
         return None
     return (
@@ -238,6 +246,30 @@ class ModelSpec(ManifestModel):
             check=lambda m: _bundled_mismatch(m) is None,
             message=lambda m: _bundled_mismatch(m) or "",
         ),
+        # The training rollout reads the model's tool calls from the generated tokens itself,
+        # with the parsers of PARSER_CALL_SYNTAX (agentrl.rollout.toolcalls.PARSERS); any other
+        # SGLang name, ``auto`` included, would fail every rollout worker at tokenizer load.
+        Rule(
+            cel=f"self.source.path == '{TINY_POLICY_PATH}' || !has(self.toolCallParser) || "
+            f"self.toolCallParser in [{', '.join(repr(p) for p in PARSER_CALL_SYNTAX)}]",
+            message_expression="'toolCallParser %s has no parser in the training rollout, which "
+            "reads the tool calls from the generated tokens itself: set "
+            f"{TOOL_CALL_PARSER_FIELD} to one of {_ROLLOUT_PARSERS}'.format([self.toolCallParser])",
+            field_path=".toolCallParser",
+            check=lambda m: _rollout_parser_missing(m) is None,
+            message=lambda m: _rollout_parser_missing(m) or "",
+        ),
+    )
+
+
+def _rollout_parser_missing(model: ModelSpec) -> str | None:
+    parser = model.tool_call_parser
+    if model.source.path == TINY_POLICY_PATH or parser is None or parser in PARSER_CALL_SYNTAX:
+        return None
+    return (
+        f"toolCallParser {parser} has no parser in the training rollout, which reads the tool "
+        f"calls from the generated tokens itself: set {TOOL_CALL_PARSER_FIELD} to one of "
+        f"{_ROLLOUT_PARSERS}"
     )
 
 

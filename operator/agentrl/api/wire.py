@@ -63,6 +63,13 @@ SPEC_FILE: Final = f"{SPEC_MOUNT_PATH}/job.yaml"
 SPEC_ENV: Final = "AGENTRL_CONFIG"
 #: Where a ``spec.model.source.pvc`` is mounted (read-only); the model's CEL rule uses it too.
 MODEL_MOUNT_PATH: Final = model.MODEL_MOUNT_PATH
+#: Where the ConfigMap of ``spec.model.chatTemplate.configMapKeyRef`` is mounted (read-only,
+#: only its key, as a file named by the key) in the pods that render episodes: the rollout
+#: workers and the trainer (which runs episodes itself when there are no workers). The rollout
+#: reads the template there (``config_map_dir`` of ``rollout.runtime.turn_tokenizer_for``). Not
+#: under :data:`SPEC_MOUNT_PATH`: its mount point would have to be made inside that read-only
+#: ConfigMap volume.
+CHAT_TEMPLATE_MOUNT_PATH: Final = "/etc/agentrl-chat-template"
 #: Where the checkpoint volume is mounted in engine pods (``/update_weights_from_disk`` reads
 #: the trainer's exported weights from it).
 CHECKPOINT_MOUNT_PATH: Final = "/checkpoints"

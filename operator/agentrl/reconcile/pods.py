@@ -1,5 +1,5 @@
 """Pieces shared by the pod templates of engines, trainer and rollout workers: environment
-lists, the ConfigMap, checkpoint, model and /dev/shm volumes.
+lists, the ConfigMap, checkpoint, model, chat template and /dev/shm volumes.
 
 Kept apart from the builders so that the same volume is spelled the same way in every pod.
 """
@@ -13,6 +13,7 @@ from agentrl.api import AgentRLJob
 from agentrl.api.engine import Toleration
 from agentrl.api.sandbox import SandboxProvider
 from agentrl.api.wire import (
+    CHAT_TEMPLATE_MOUNT_PATH,
     CHECKPOINT_MOUNT_PATH,
     E2B_API_KEY_ENV,
     MODEL_MOUNT_PATH,
@@ -25,6 +26,7 @@ from agentrl.reconcile.pvc import checkpoint_claim_name
 CONFIG_VOLUME = "config"
 CHECKPOINT_VOLUME = "checkpoints"
 MODEL_VOLUME = "model"
+CHAT_TEMPLATE_VOLUME = "chat-template"
 SHM_VOLUME = "dshm"
 
 #: Env var every workload reads to find the resolved manifest.
@@ -101,6 +103,23 @@ def model_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str,
         return [], []
     volume = {"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}}
     mount = {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH, "readOnly": True}
+    return [volume], [mount]
+
+
+def chat_template_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for ``spec.model.chatTemplate.configMapKeyRef``: that ConfigMap with
+    only its key, as a file named by the key, read-only at :data:`CHAT_TEMPLATE_MOUNT_PATH`;
+    empty for the other template sources (bundled templates ship in the image, ``path`` is in
+    the model directory). For the pods that render episodes (rollout workers, trainer)."""
+    template = job.spec.model.chat_template
+    ref = template.config_map_key_ref if template is not None else None
+    if ref is None:
+        return [], []
+    volume = {
+        "name": CHAT_TEMPLATE_VOLUME,
+        "configMap": {"name": ref.name, "items": [{"key": ref.key, "path": ref.key}]},
+    }
+    mount = {"name": CHAT_TEMPLATE_VOLUME, "mountPath": CHAT_TEMPLATE_MOUNT_PATH, "readOnly": True}
     return [volume], [mount]
 
 

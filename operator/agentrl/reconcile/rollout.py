@@ -23,6 +23,11 @@ before its first episode, with ``hf_tokenizer.load_hf_turn_tokenizer``'s message
 fixes. A claim mounted by engine, trainer and rollout pods on several nodes must allow it
 (``ReadOnlyMany`` or ``ReadWriteMany``), as it already must for engines on several nodes.
 
+The chat template: with ``spec.model.chatTemplate.configMapKeyRef`` the pods mount that
+ConfigMap, only its key, read-only at ``wire.CHAT_TEMPLATE_MOUNT_PATH``
+(``pods.chat_template_volumes``), where the rollout reads it; a bundled template ships in the
+image and a ``path`` template is in the model directory.
+
 CPUs: ``ray start`` offers Ray ``--num-cpus`` equal to the pod's CPU request
 (:func:`ray_cpus`, from ``spec.rollout.cpu``). Without it Ray counts the CPUs the
 container sees, which with a request and no limit is the whole node (say 128). The rollout
@@ -56,6 +61,7 @@ from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import component_labels, selector
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.pods import (
+    chat_template_volumes,
     config_mount,
     config_volume,
     identity_env,
@@ -98,6 +104,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
     master = trainer_master_addr(job, ctx.namespace)
     # The engines' model volume at the engines' path, read-only: the tokenizer's files.
     model_vols, model_mounts = model_volumes(job)
+    template_vols, template_mounts = chat_template_volumes(job)
     return {
         "serviceAccountName": names.rollout(job.metadata.name),
         "automountServiceAccountToken": True,
@@ -125,10 +132,10 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
                 },
-                "volumeMounts": [config_mount(), *model_mounts],
+                "volumeMounts": [config_mount(), *model_mounts, *template_mounts],
             }
         ],
-        "volumes": [config_volume(job), *model_vols],
+        "volumes": [config_volume(job), *model_vols, *template_vols],
     }
 
 

@@ -39,6 +39,7 @@ from agentrl.reconcile.engine import gpu_node_placement
 from agentrl.reconcile.labels import own_labels, selector
 from agentrl.reconcile.meta import object_meta
 from agentrl.reconcile.pods import (
+    chat_template_volumes,
     checkpoint_mount,
     checkpoint_volume,
     config_mount,
@@ -117,6 +118,8 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
     """The trainer pod's spec."""
     trainer = job.spec.trainer
     model_vols, model_mounts = model_volumes(job)
+    # The driver runs episodes itself when there are no rollout workers: their chat template.
+    template_vols, template_mounts = chat_template_volumes(job)
     return {
         "subdomain": names.trainer(job.metadata.name),
         "restartPolicy": "Never",
@@ -155,11 +158,18 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
                     config_mount(),
                     checkpoint_mount(read_only=False),
                     *model_mounts,
+                    *template_mounts,
                 ],
             }
         ],
         # /dev/shm bounded by the pod's memory, like the host's would be.
-        "volumes": [shm_volume(None), config_volume(job), checkpoint_volume(job), *model_vols],
+        "volumes": [
+            shm_volume(None),
+            config_volume(job),
+            checkpoint_volume(job),
+            *model_vols,
+            *template_vols,
+        ],
     }
 
 

@@ -26,6 +26,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from agentrl.api.job import AgentRLJobSpec
+from agentrl.api.wire import CHAT_TEMPLATE_MOUNT_PATH
 from agentrl.engine_client.client import CONTROL_CONNECTIONS, EngineClient, connection_pool_size
 from agentrl.rollout.admission import Admission
 from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
@@ -161,7 +162,16 @@ async def open_episode_runner(
     pool = EnginePool(clients)
     try:
         caps = EpisodeCaps.from_spec(spec)
-        agent = TokenAgent(pool, tokenizer or await turn_tokenizer_for(clients[0], spec), caps)
+        # A configMapKeyRef template is where the operator mounts it in the pods that run
+        # episodes (reconcile.pods.chat_template_volumes).
+        agent = TokenAgent(
+            pool,
+            tokenizer
+            or await turn_tokenizer_for(
+                clients[0], spec, config_map_dir=CHAT_TEMPLATE_MOUNT_PATH
+            ),
+            caps,
+        )
         runner = EpisodeRunner(
             provider=provider,
             agent=agent,
