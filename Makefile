@@ -19,8 +19,12 @@ run: install ## Install, then train the quickstart job on this machine (agentrl 
 	agentrl run examples/quickstart.yaml
 
 .PHONY: test
-test: install ## Run every test: lint, unit, API server, e2e (builds the control plane once)
+test: install ## The whole suite, as CI runs it: lint, mypy, prepare, every test (about 35 min)
 	bash scripts/test.sh
+
+.PHONY: test-fast
+test-fast: install ## Lint, mypy and the unit tests of pure code: no prepare, no cluster
+	bash scripts/test.sh --fast
 
 .PHONY: lint
 lint: ## ruff and the import-layer contracts

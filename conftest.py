@@ -3,6 +3,9 @@
 ``cluster`` starts the local control plane once per session (or uses the cluster named by
 ``AGENTRL_TEST_KUBECONFIG``); ``namespace`` gives each test its own namespace and deletes it
 afterwards; ``kubectl`` is the real kubectl bound to that namespace.
+
+The suite's tiers (the marker ``prepared``, which ``make test-fast`` deselects) and its per-test
+time budget (``tests/slow_tests.txt``) are the plugin :mod:`tests.tiers`, loaded here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster
+
+pytest_plugins = ("tests.tiers",)
 
 
 @pytest.fixture(scope="session")

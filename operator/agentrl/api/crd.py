@@ -74,7 +74,7 @@ class _Converter:
                     rest.pop("default")
                 return self.convert({**options[0], **rest})
             raise ValueError(f"unions are not structural: {node}")
-        out: dict[str, Any] = {}
+        out = {}
         for key, value in node.items():
             self._convert_key(key, value, out)
         if "enum" in out and "type" not in out:

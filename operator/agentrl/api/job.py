@@ -3,7 +3,7 @@ that span them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -18,8 +18,8 @@ from agentrl.api.trainer import TrainerSpec
 
 GROUP = "agentrl.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "AgentRLJob"
+API_VERSION: Final = "agentrl.dev/v1alpha1"  # GROUP/VERSION, a literal for the model's field
+KIND: Final = "AgentRLJob"
 PLURAL = "agentrljobs"
 SINGULAR = "agentrljob"
 SHORT_NAMES = ("arj",)
