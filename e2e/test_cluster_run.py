@@ -398,12 +398,19 @@ def _run(
     engine = kubectl.json("get", "pod", f"{JOB}-engine-0")
     kubectl.run("delete", "pod", f"{JOB}-engine-0", "--wait=false")
     at_delete = step(kubectl)
-    wait_for(
-        lambda: (p := kubectl.json("get", "pod", f"{JOB}-engine-0"))["metadata"]["uid"]
-        != engine["metadata"]["uid"]
-        and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}])),
-        timeout=300, interval=2, what="the engine pod back and Ready",
-    )  # fmt: skip
+
+    def engine_back_and_ready() -> bool:
+        # between the delete and its re-creation the pod does not exist: a field-selected list
+        # is empty then, where a get by name would fail with NotFound
+        by_name = f"metadata.name={JOB}-engine-0"
+        pods = kubectl.json("get", "pods", "--field-selector", by_name)["items"]
+        return any(
+            p["metadata"]["uid"] != engine["metadata"]["uid"]
+            and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
+            for p in pods
+        )
+
+    wait_for(engine_back_and_ready, timeout=300, interval=2, what="the engine pod back and Ready")
     wait_step(kubectl, at_delete + 2, timeout=900)
     wait_for(
         lambda: condition(kubectl, "WeightsSynced").get("status") == "True"
