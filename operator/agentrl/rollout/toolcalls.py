@@ -209,6 +209,12 @@ class ToolCallParser:
     ) -> ParsedToolCall | ToolCallError:
         raise NotImplementedError
 
+    def format_call(self, call: ParsedToolCall) -> str:
+        """``call`` written in this syntax, tags included: what a model trained on the template
+        writes, and what :meth:`parse` reads back to ``call`` (scripted solvers write their
+        turns with it, :mod:`agentrl.rollout.tasks.traces`)."""
+        raise NotImplementedError
+
     @staticmethod
     def _failed(
         text: str, thought: str | None, reason: ParseFailure, body: str, detail: str
@@ -270,6 +276,10 @@ class JsonToolCallParser(ToolCallParser):
             )
         return ParsedToolCall(name=value["name"], arguments=arguments)
 
+    def format_call(self, call: ParsedToolCall) -> str:
+        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
+
 
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
@@ -308,6 +318,14 @@ class XmlToolCallParser(ToolCallParser):
                 detail="a <parameter=...> is never closed with </parameter>",
             )
         return ParsedToolCall(name=name, arguments=arguments)
+
+    def format_call(self, call: ParsedToolCall) -> str:
+        parts = [f"{CALL_OPEN}\n<function={call.name}>"]
+        for key, value in call.arguments.items():
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            parts.append(f"<parameter={key}>\n{text}\n</parameter>")
+        parts.append(f"</function>\n{CALL_CLOSE}")
+        return "\n".join(parts)
 
 
 def _typed(value: str, schema: Any) -> Any:
