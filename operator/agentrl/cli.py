@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "engine": "agentrl.engine.cli:engine",
     "tasks": "agentrl.rollout.tasks.cli:tasks",
     "trainer": "agentrl.trainer.cli:trainer",
+    "model": "agentrl.trainer.model_cli:model",
     "ray": "agentrl.ray_cluster.cli:ray",
 }
 
@@ -43,6 +44,7 @@ SHORT_HELP: dict[str, str] = {
     "engine": "Engine tools: launch SGLang, the GPU watchdog, the tiny CPU engine.",
     "tasks": "Dataset tools: generate the bundled toy tasks, validate a dataset.",
     "trainer": "Run the job's GRPO trainer (the trainer pod's entry point).",
+    "model": "Model tools: make a small Qwen3 model in HF format here (nothing downloaded).",
     "ray": "This pod's Ray node: join the job's head and follow it (rollout worker pods).",
 }
 

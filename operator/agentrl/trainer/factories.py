@@ -28,11 +28,20 @@ def build_backend(config: TrainerConfig) -> Any:
         from agentrl.trainer.torch_backend import TorchBackend
 
         source = spec.model.source.path
-        model = (
-            tiny.initial_policy(spec.dataset.seed)
-            if source == tiny.BUILTIN_PATH
-            else tiny.load_policy(model_path(config.job))
-        )
+        if source == tiny.BUILTIN_PATH:
+            model = tiny.initial_policy(spec.dataset.seed)
+        else:
+            from agentrl.trainer import hf_model
+
+            directory = Path(model_path(config.job))
+            if hf_model.is_hf_model_dir(directory):  # checked against its config.json
+                return TorchBackend(
+                    hf_model.load_causal_lm(directory),
+                    spec.trainer,
+                    temperature=spec.rollout.temperature,
+                    source=directory,
+                )
+            model = tiny.load_policy(directory)
         return TorchBackend(model, spec.trainer, temperature=spec.rollout.temperature)
     import torch
 

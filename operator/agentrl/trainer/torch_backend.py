@@ -1,4 +1,6 @@
-"""``trainer.backend: torch``: GRPO steps of the tiny policy on CPU (``agentrl run``, tests).
+"""``trainer.backend: torch``: GRPO steps on CPU (``agentrl run``, tests) of the tiny policy or of
+a Hugging Face causal LM (:mod:`agentrl.trainer.hf_model`: any directory ``AutoModelForCausalLM``
+loads, such as the Qwen3 model ``agentrl model create`` makes).
 
 One step: recompute the logprobs of every generated token with the weights at the start of the
 step (the PPO "old" policy; timed as *logprob recomputation*), then AdamW updates on the
@@ -9,7 +11,12 @@ exactly 1; every later one is off-policy with respect to the old logprobs and ca
 The old logprobs of a mini-batch are recomputed in the same forward batch the update uses, so
 that ratio of exactly 1 is not blurred by a different batching of the same arithmetic.
 The scored tokens come from :func:`agentrl.trainer.batching.token_sequences` and
-:func:`~agentrl.trainer.batching.flatten`, as in the megatron backend.
+:func:`~agentrl.trainer.batching.flatten`, as in the megatron backend: an HF model scores token
+``j`` from the logits at ``j − 1`` (``first_position=1``, as megatron does), the tiny policy
+scores from its own features (``first_position=0``). The two models differ only in
+:meth:`TorchBackend._logprobs` and in the weight files: an HF model exports safetensors with its
+tokenizer files beside them (:func:`~agentrl.trainer.hf_model.save_model`), which the CPU engine
+reloads, the tiny policy its own format.
 The megatron backend (:mod:`agentrl.trainer.megatron_backend`) has the same surface.
 
 Callers: :mod:`agentrl.trainer.loop` drives it through its ``Backend`` protocol (it imports no
@@ -30,7 +37,7 @@ import torch
 
 from agentrl.api.trainer import TrainerSpec
 from agentrl.tiny import policy as tiny
-from agentrl.trainer import batching
+from agentrl.trainer import batching, hf_model
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.loss import combine_updates, grpo_loss, mismatch_statistics
 from agentrl.trainer.stats import LossStats, StepStats
@@ -50,10 +57,25 @@ class _MiniBatch:
 
 
 class TorchBackend:
-    """AdamW on the tiny policy: ``miniBatches × epochs`` updates per step."""
+    """AdamW on the tiny policy or an HF causal LM: ``miniBatches × epochs`` updates per step.
 
-    def __init__(self, model: tiny.TinyPolicy, spec: TrainerSpec, *, temperature: float) -> None:
+    ``source`` is the HF model's directory (its tokenizer files go beside every export); None
+    for the tiny policy."""
+
+    def __init__(
+        self,
+        model: Any,
+        spec: TrainerSpec,
+        *,
+        temperature: float,
+        source: Path | None = None,
+    ) -> None:
         self.model = model
+        self.source = source
+        self.is_hf = not isinstance(model, tiny.TinyPolicy)
+        if self.is_hf and source is None:
+            raise ValueError("an HF model needs its source directory (tokenizer files)")
+        self.first_position = 1 if self.is_hf else 0
         self.spec = spec
         self.temperature = temperature
         opt = spec.optimizer
@@ -64,20 +86,20 @@ class TorchBackend:
             weight_decay=opt.weight_decay,
         )
         # The KL term compares with the initial policy, kept frozen.
-        self.reference: tiny.TinyPolicy | None = (
-            copy.deepcopy(model).eval() if spec.algorithm.kl_coef > 0 else None
-        )
+        self.reference: Any = copy.deepcopy(model).eval() if spec.algorithm.kl_coef > 0 else None
 
     def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
         """One GRPO step on ``samples``."""
         with tiny.single_thread():
             return self._step(samples)
 
-    def _logprobs(self, model: tiny.TinyPolicy, items: list[Any]) -> torch.Tensor:
+    def _logprobs(self, model: Any, items: list[Any]) -> torch.Tensor:
+        if self.is_hf:
+            return torch.cat(hf_model.token_logprobs(model, items, temperature=self.temperature))
         return torch.cat(tiny.batch_logprobs(model, items, temperature=self.temperature))
 
     def _prepare(self, samples: Sequence[TrainSample]) -> _MiniBatch:
-        seqs = batching.token_sequences(samples)
+        seqs = batching.token_sequences(samples, first_position=self.first_position)
         items = [(s.token_ids, s.spans) for s in seqs]
         flat = batching.flatten(seqs)
         with torch.no_grad():
@@ -155,12 +177,17 @@ class TorchBackend:
     # -- persistence -------------------------------------------------------------------------
 
     def export_weights(self, directory: Path) -> None:
-        """Write the weights in the format the tiny engine loads."""
-        tiny.save_policy(self.model, directory)
+        """Write the weights in the format the CPU engine loads (HF: safetensors and the
+        tokenizer files)."""
+        if self.is_hf:
+            assert self.source is not None
+            hf_model.save_model(self.model, directory, source=self.source)
+        else:
+            tiny.save_policy(self.model, directory)
 
     def save_state(self, directory: Path) -> None:
         """Weights plus optimizer state (a checkpoint)."""
-        tiny.save_policy(self.model, directory / "model")
+        self.export_weights(directory / "model")
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
@@ -168,7 +195,10 @@ class TorchBackend:
 
     def load_state(self, directory: Path) -> None:
         """Inverse of :meth:`save_state`."""
-        self.model.load_state_dict(tiny.load_policy(directory / "model").state_dict())
+        if self.is_hf:
+            self.model.load_state_dict(hf_model.load_causal_lm(directory / "model").state_dict())
+        else:
+            self.model.load_state_dict(tiny.load_policy(directory / "model").state_dict())
         state = torch.load(directory / "optimizer.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None and "reference" in state:
