@@ -248,3 +248,86 @@ def test_the_trainer_builds_the_hf_backend_for_a_model_directory(
     backend.export_weights(tmp_path / "w")
     assert hf_model.is_hf_model_dir(tmp_path / "w")
     assert (tmp_path / "w" / "tokenizer.json").is_file()
+
+
+class _Packed:
+    """Two conversations back to back, as the warm start packs them."""
+
+    def __init__(self, convs: list[tuple[list[int], list[int]]]) -> None:
+        self.token_ids = [t for ids, _ in convs for t in ids]
+        self.loss_mask = [m for _, mask in convs for m in mask]
+        self.cu_seqlens = [0]
+        for ids, _ in convs:
+            self.cu_seqlens.append(self.cu_seqlens[-1] + len(ids))
+
+
+CONV_A = ([1, 40, 41, 2, 1, 42, 43, 2], [0, 0, 0, 0, 0, 1, 1, 1])
+CONV_B = ([1, 50, 2, 1, 51, 52, 2, 1, 53, 54, 2], [0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1])
+
+
+def test_a_warm_start_step_is_the_mean_nll_of_the_assistant_tokens_per_conversation(
+    model_dir: Path,
+) -> None:
+    """Packed conversations do not see each other: the loss equals the sum of each one's own
+    negative logprobs (a plain forward of that conversation alone), over all trained tokens."""
+    backend = TorchBackend(
+        hf_model.load_causal_lm(model_dir), SPEC, temperature=0.7, source=model_dir
+    )
+    want = 0.0
+    for ids, mask in (CONV_A, CONV_B):
+        trained = [j for j, m in enumerate(mask) if m]
+        want -= float(_by_hand(model_dir, ids, trained, 1.0).sum())  # SFT: temperature 1
+    want /= sum(CONV_A[1]) + sum(CONV_B[1])
+    packed = _Packed([CONV_A, CONV_B])
+    first = backend.sft_step(packed, lr=0.01)
+    assert first.tokens == 9
+    assert abs(first.loss - want) < 1e-5
+    for _ in range(5):
+        last = backend.sft_step(packed, lr=0.01)
+    assert last.loss < first.loss
+
+
+def test_the_warm_start_refuses_the_tiny_policy() -> None:
+    from agentrl.tiny import policy as tiny
+
+    backend = TorchBackend(tiny.new_policy(0, dim=8), SPEC, temperature=1.0)
+    with pytest.raises(ValueError, match="warm start trains HF models"):
+        backend.sft_step(_Packed([CONV_A]), lr=0.01)
+
+
+def test_a_checkpoint_in_the_warm_start_resumes_its_optimizer(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    def backend() -> TorchBackend:
+        return TorchBackend(
+            hf_model.load_causal_lm(model_dir), SPEC, temperature=1.0, source=model_dir
+        )
+
+    first = backend()
+    packed = _Packed([CONV_A, CONV_B])
+    first.sft_step(packed, lr=0.01)
+    first.save_state(tmp_path)
+    resumed = backend()
+    resumed.load_state(tmp_path)
+    assert first.sft_step(packed, lr=0.01).loss == resumed.sft_step(packed, lr=0.01).loss
+    for (name, a), (_, b) in zip(
+        first.model.named_parameters(), resumed.model.named_parameters(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_rl_after_the_warm_start_keeps_the_warm_started_weights_as_its_kl_reference(
+    model_dir: Path,
+) -> None:
+    spec = TrainerSpec(
+        backend="torch", gpus_per_node=0, optimizer={"lr": 0.01}, algorithm={"klCoef": 0.1}
+    )
+    backend = TorchBackend(
+        hf_model.load_causal_lm(model_dir), spec, temperature=1.0, source=model_dir
+    )
+    backend.sft_step(_Packed([CONV_A, CONV_B]), lr=0.05)
+    backend.finish_warm_start()
+    for (name, a), (_, b) in zip(
+        backend.model.named_parameters(), backend.reference.named_parameters(), strict=True
+    ):
+        assert torch.equal(a, b), name

@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -41,6 +41,25 @@ from agentrl.trainer import batching, hf_model
 from agentrl.trainer.batching import TrainSample, minibatch_bounds
 from agentrl.trainer.loss import combine_updates, grpo_loss, mismatch_statistics
 from agentrl.trainer.stats import LossStats, StepStats
+
+
+class PackedBatch(Protocol):
+    """Conversations packed back to back (:class:`agentrl.trainer.sft_batches.SFTBatch`)."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    cu_seqlens: list[int]
+
+
+@dataclass(frozen=True)
+class SFTStats:
+    """One warm-start update."""
+
+    loss: float
+    """Mean negative logprob of the batch's trained tokens, before the update."""
+    grad_norm: float
+    tokens: int
+    """Trained tokens (the loss's denominator)."""
 
 
 @dataclass
@@ -85,6 +104,8 @@ class TorchBackend:
             betas=(opt.beta1, opt.beta2),
             weight_decay=opt.weight_decay,
         )
+        self._sft_optimizer: torch.optim.Optimizer | None = None
+        """The warm start's AdamW (:meth:`sft_step`), made on its first step."""
         # The KL term compares with the initial policy, kept frozen.
         self.reference: Any = copy.deepcopy(model).eval() if spec.algorithm.kl_coef > 0 else None
 
@@ -174,6 +195,65 @@ class TorchBackend:
             updates=updates,
         )
 
+    # -- warm start (SFT) ----------------------------------------------------------------------
+
+    def sft_step(self, batch: PackedBatch, *, lr: float) -> SFTStats:
+        """One AdamW update of the warm-start stage on a packed batch: the mean negative
+        logprob (temperature 1) of its trained tokens, each predicted from the tokens before
+        it in its own conversation (one forward per conversation: no attention across the
+        packing). Its own AdamW (``lr``; the other settings ``spec.optimizer``'s), so RL
+        starts with fresh optimizer moments."""
+        if not self.is_hf:
+            raise ValueError("the warm start trains HF models; the tiny policy has no template")
+        optimizer = self.sft_step_optimizer(lr)
+        trained = sum(batch.loss_mask)
+        if trained == 0:
+            raise ValueError("a warm-start batch without a trained token")
+        with tiny.single_thread():
+            self.model.train()
+            total = torch.zeros(())
+            for a, b in zip(batch.cu_seqlens, batch.cu_seqlens[1:], strict=False):
+                ids = batch.token_ids[a:b]
+                positions = [j for j in range(1, b - a) if batch.loss_mask[a + j]]
+                if not positions:
+                    continue
+                logp = hf_model.token_logprobs(
+                    self.model, [(ids, [(j, j + 1) for j in positions])], temperature=1.0
+                )[0]
+                total = total - logp.sum()
+            loss = total / trained
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.spec.optimizer.grad_clip
+            )
+            optimizer.step()
+            self.model.eval()
+        return SFTStats(loss=float(loss.detach()), grad_norm=float(grad_norm), tokens=trained)
+
+    def sft_step_optimizer(self, lr: float | None = None) -> torch.optim.Optimizer:
+        """The warm start's AdamW, made on first use (``lr``, else the RL learning rate until
+        a step sets it; the other settings ``spec.optimizer``'s)."""
+        opt = self.spec.optimizer
+        if self._sft_optimizer is None:
+            self._sft_optimizer = torch.optim.AdamW(
+                self.model.parameters(),
+                lr=lr if lr is not None else opt.lr,
+                betas=(opt.beta1, opt.beta2),
+                weight_decay=opt.weight_decay,
+            )
+        if lr is not None:
+            for group in self._sft_optimizer.param_groups:
+                group["lr"] = lr
+        return self._sft_optimizer
+
+    def finish_warm_start(self) -> None:
+        """RL starts from the warm-started weights: they become the KL reference, and the warm
+        start's optimizer is dropped."""
+        self._sft_optimizer = None
+        if self.reference is not None:
+            self.reference.load_state_dict(self.model.state_dict())
+
     # -- persistence -------------------------------------------------------------------------
 
     def export_weights(self, directory: Path) -> None:
@@ -191,6 +271,8 @@ class TorchBackend:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict()}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
+        if self._sft_optimizer is not None:
+            state["sft_optimizer"] = self._sft_optimizer.state_dict()
         torch.save(state, directory / "optimizer.pt")
 
     def load_state(self, directory: Path) -> None:
@@ -203,3 +285,5 @@ class TorchBackend:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
+        if "sft_optimizer" in state:  # saved in the middle of the warm start
+            self.sft_step_optimizer().load_state_dict(state["sft_optimizer"])
