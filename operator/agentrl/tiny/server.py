@@ -1,4 +1,7 @@
-"""``agentrl engine serve-tiny``: the tiny torch policy behind SGLang's HTTP API, on a CPU.
+"""``agentrl engine serve-tiny``: a CPU engine behind SGLang's HTTP API, serving the tiny torch
+policy or any Hugging Face causal LM directory (``--model-path`` holding a ``config.json``:
+``transformers`` on CPU, a KV cache per request; :mod:`agentrl.tiny.served`). The routes,
+scheduler, metrics, faults and weight updates below are the same for both.
 
 It is the engine of ``agentrl run`` and of the runtime's tests: rollout workers generate through
 it, the trainer pushes weights into it, the watchdog probes it. It serves the subset of SGLang's
@@ -41,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from agentrl.engine_client.client import GenerateRequest
 from agentrl.tiny import policy as tiny
 from agentrl.tiny import weight_updates as tiny_weight_updates
-from agentrl.tiny.tokenizer import TOKENIZER_NAME, get_tokenizer
+from agentrl.tiny.served import HFServed, ServedModel, TinyServed, is_hf_model_dir
 
 log = logging.getLogger("agentrl.tiny.policy")
 
@@ -75,7 +78,8 @@ class _Running:
     temperature: float
     top_p: float
     stop: list[str]
-    scanner: tiny.ContextScanner
+    state: Any
+    """The served model's decoding state (:meth:`ServedModel.new_state`)."""
     done: asyncio.Future[dict[str, Any]]
     logprobs: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
@@ -86,7 +90,7 @@ class TinyEngine:
 
     def __init__(
         self,
-        model: tiny.TinyPolicy,
+        model: Any,
         *,
         model_path: str,
         served_model_name: str = "policy",
@@ -97,15 +101,19 @@ class TinyEngine:
         seed: int = 0,
         fault: FaultPlan | None = None,
         log_file: Path | None = None,
+        served: ServedModel | None = None,
     ) -> None:
-        self.model = model.eval()
-        self.tokenizer = get_tokenizer()
+        """``model`` is the tiny policy (or a module only weights are pushed into); an HF model
+        comes as ``served`` (:class:`~agentrl.tiny.served.HFServed`), its module ignored."""
+        self.served: ServedModel = served or TinyServed(model)
+        self.model = self.served.module.eval()
         self.model_path = model_path
         self.served_model_name = served_model_name
         self.weight_version = weight_version
-        self.context_length = context_length
+        limit = self.served.max_context
+        self.context_length = min(context_length, limit) if limit else context_length
         self.max_running_requests = max_running_requests
-        self.max_total_tokens = max_total_tokens or context_length * max_running_requests
+        self.max_total_tokens = max_total_tokens or self.context_length * max_running_requests
         self.generator = torch.Generator().manual_seed(seed)
         self.fault = fault or FaultPlan(line=None, after_requests=None, mode=None)
         self.log_file = log_file
@@ -211,19 +219,15 @@ class TinyEngine:
         ids = list(request.input_ids)
         if not ids:
             raise web.HTTPBadRequest(text="input_ids is empty")
-        if any(not 0 <= i < self.tokenizer.vocab_size for i in ids):
-            raise web.HTTPBadRequest(
-                text=f"input_ids outside the vocabulary [0, {self.tokenizer.vocab_size})"
-            )
+        vocab = self.served.vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise web.HTTPBadRequest(text=f"input_ids outside the vocabulary [0, {vocab})")
         if len(ids) >= self.context_length:
             raise web.HTTPBadRequest(
                 text=f"The input ({len(ids)} tokens) is longer than the model's context length "
                 f"({self.context_length} tokens)."
             )
         sp = request.sampling_params
-        scanner = tiny.ContextScanner(self.tokenizer)
-        for pos, token in enumerate(ids):
-            scanner.push(pos, token)
         req = _Running(
             rid=request.rid or uuid.uuid4().hex,
             ids=ids,
@@ -233,7 +237,7 @@ class TinyEngine:
             temperature=sp.temperature,
             top_p=sp.top_p,
             stop=list(sp.stop or []),
-            scanner=scanner,
+            state=self.served.new_state(ids),
             done=asyncio.get_running_loop().create_future(),
         )
         self.c_prompt.labels(self.served_model_name).inc(len(ids))
@@ -263,16 +267,7 @@ class TinyEngine:
 
     def _decode_step(self) -> None:
         batch = list(self.running)
-        rows = tiny.StepFeatures(obs_ids=[], prev_ids=[], positions=[], own_ids=[])
-        for req in batch:
-            pos = len(req.ids)
-            obs, turn_pos = req.scanner.context(pos)
-            rows.obs_ids.append(list(obs))
-            rows.own_ids.append(req.scanner.memory())
-            rows.prev_ids.append(req.ids[-1])
-            rows.positions.append(turn_pos)
-        with torch.no_grad():
-            logits = self.model(rows)
+        logits = self.served.next_logits([(req.state, req.ids) for req in batch])
         temps = torch.tensor([max(r.temperature, 1e-6) for r in batch]).unsqueeze(1)
         logp = torch.log_softmax(logits / temps, dim=-1)
         tokens: list[int] = []
@@ -288,10 +283,10 @@ class TinyEngine:
         self.c_gen.labels(self.served_model_name).inc(len(batch))
         for i, (req, token) in enumerate(zip(batch, tokens, strict=False)):
             req.logprobs.append(float(logp[i, token]))
-            req.scanner.push(len(req.ids), token)
+            self.served.push(req.state, len(req.ids), token)
             req.ids.append(token)
             generated = len(req.ids) - req.prompt_len
-            if token == self.tokenizer.eos_id:
+            if token in self.served.eos_ids:
                 self._finish(req, "stop", matched=token)
             elif req.stop and (hit := self._stop_hit(req)) is not None:
                 self._finish(req, "stop", matched=hit)
@@ -299,7 +294,7 @@ class TinyEngine:
                 self._finish(req, "length")
 
     def _stop_hit(self, req: _Running) -> str | None:
-        text = self.tokenizer.decode(req.ids[req.prompt_len :])
+        text = self.served.decode(req.ids[req.prompt_len :])
         return next((s for s in req.stop if s in text), None)
 
     def _finish(
@@ -322,7 +317,7 @@ class TinyEngine:
             finish.update(message=message or "Aborted", status_code=None, err_type=None)
         logprobs = [[lp, t, None] for lp, t in zip(req.logprobs, out, strict=False)]
         body = {
-            "text": self.tokenizer.decode(out),
+            "text": self.served.decode(out),
             "output_ids": out,
             "meta_info": {
                 "id": req.rid,
@@ -366,10 +361,7 @@ class TinyEngine:
         )
 
     def load_weights(self, path: str, weight_version: str | None) -> None:
-        new = tiny.load_policy(path)
-        if new.config != self.model.config:
-            raise ValueError(f"{path}: shape {new.config} differs from the served model")
-        self.model.load_state_dict(new.state_dict())
+        self.served.load_weights(path)
         self.model_path = path
         self.weight_version = weight_version if weight_version is not None else path
 
@@ -426,9 +418,8 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
 
     async def health_generate(_: web.Request) -> web.Response:
         await engine.guard()
-        tok = engine.tokenizer
         probe = GenerateRequest(
-            input_ids=[tok.bos_id, tok.role_ids["assistant"]],
+            input_ids=engine.served.probe_ids(),
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},  # type: ignore[arg-type]
             rid=f"health-{uuid.uuid4().hex[:8]}",
         )
@@ -441,14 +432,14 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
         return web.json_response(
             {
                 "model_path": engine.model_path,
-                "tokenizer_path": TOKENIZER_NAME,
+                "tokenizer_path": engine.served.tokenizer_path,
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": engine.weight_version,
                 "has_image_understanding": False,
                 "has_audio_understanding": False,
-                "model_type": "agentrl-tiny",
-                "architectures": ["TinyPolicy"],
+                "model_type": engine.served.model_type,
+                "architectures": engine.served.architectures,
             }
         )
 
@@ -539,11 +530,16 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
     return app
 
 
-def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> tiny.TinyPolicy:
-    """``tiny`` builds the initial policy; anything else is a directory from ``save_policy``."""
+def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> ServedModel:
+    """``tiny`` builds the initial policy; a directory with a ``config.json`` is an HF causal
+    LM; anything else is a directory from ``save_policy``."""
     if model_path == tiny.BUILTIN_PATH:
-        return tiny.initial_policy(seed, edit_names=edit_names or tiny.DEFAULT_PRIOR_EDITS)
-    return tiny.load_policy(model_path)
+        return TinyServed(
+            tiny.initial_policy(seed, edit_names=edit_names or tiny.DEFAULT_PRIOR_EDITS)
+        )
+    if is_hf_model_dir(model_path):
+        return HFServed(model_path)
+    return TinyServed(tiny.load_policy(model_path))
 
 
 @click.command("serve-tiny")
@@ -551,7 +547,8 @@ def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> ti
     "--model-path",
     default=tiny.BUILTIN_PATH,
     show_default=True,
-    help="Directory written by the trainer, or 'tiny' for the built-in initial policy.",
+    help="An HF model directory (config.json, safetensors, tokenizer), a directory the "
+    "trainer wrote, or 'tiny' for the built-in initial policy.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option(
@@ -606,7 +603,8 @@ def serve_tiny(
     fault_after_requests: int | None,
     fault_mode: FaultMode | None,
 ) -> None:
-    """Serve the tiny CPU policy behind SGLang's HTTP API (for agentrl run and tests)."""
+    """Serve the tiny policy or an HF causal LM on CPU behind SGLang's HTTP API (for agentrl
+    run and tests)."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
@@ -616,9 +614,10 @@ def serve_tiny(
     if fault_mode is not None and fault_after_requests is None:
         raise click.UsageError("--fault-mode needs --fault-after-requests")
     torch.set_num_threads(1)  # one core per engine: the rest belong to sandboxes and trainer
-    model = load_model(model_path, seed=seed, edit_names=edit_names)
+    served = load_model(model_path, seed=seed, edit_names=edit_names)
     engine = TinyEngine(
-        model,
+        served.module,
+        served=served,
         model_path=model_path,
         served_model_name=served_model_name,
         weight_version=weight_version,
