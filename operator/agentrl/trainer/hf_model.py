@@ -26,6 +26,7 @@ Callers: :mod:`agentrl.trainer.torch_backend`, :mod:`agentrl.trainer.factories`,
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel
 
-from agentrl.trainer.hf_config import HFModelConfig, compare_model_fields, read_hf_config
+# a config.json with a model_type (the tiny policy's has none), decided as the engine does
+from agentrl.tiny.served import is_hf_model_dir as is_hf_model_dir
+from agentrl.trainer.hf_config import (
+    HFModelConfig,
+    compare_model_fields,
+    expected_model_fields,
+    read_hf_config,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -73,11 +81,6 @@ PRESETS: dict[str, ModelPreset] = {
         head_dim=32,
     ),
 }
-
-
-def is_hf_model_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a model directory (it holds a ``config.json``)."""
-    return (Path(path) / "config.json").is_file()
 
 
 def create_model(
@@ -171,16 +174,143 @@ def check_built_model(hf: HFModelConfig, model: PreTrainedModel) -> None:
     compare_model_fields(hf, built_model_fields(model))
 
 
+def weight_file_fields(directory: str | Path) -> dict[str, Any]:
+    """The shape of the weights in ``directory``'s ``*.safetensors``, read off the tensors'
+    shapes in the file headers (nothing loaded): the keys of
+    :func:`agentrl.trainer.hf_config.expected_model_fields` that HF's tensor names show —
+    vocabulary and hidden size (the embedding), layers (counted), FFN size, heads and key/value
+    heads where a per-head norm gives the head size (Qwen3's ``q_norm``), experts (the
+    router's rows) and their FFN size, in the per-expert format transformers saves or fused."""
+    shapes = _tensor_shapes(Path(directory))
+    fields: dict[str, Any] = {}
+    embed = shapes.get("model.embed_tokens.weight")
+    if embed is not None:
+        fields["vocab_size"], fields["hidden_size"] = embed
+    layers = {int(m.group(1)) for n in shapes if (m := re.match(r"model\.layers\.(\d+)\.", n))}
+    if layers:
+        fields["num_layers"] = max(layers) + 1
+    first = "model.layers.0."
+    head = shapes.get(first + "self_attn.q_norm.weight")
+    q, k = (
+        shapes.get(first + "self_attn.q_proj.weight"),
+        shapes.get(first + "self_attn.k_proj.weight"),
+    )
+    if head is not None and q is not None and k is not None:
+        fields["kv_channels"] = head[0]
+        fields["num_attention_heads"] = q[0] // head[0]
+        fields["num_query_groups"] = k[0] // head[0]
+    gate = shapes.get(first + "mlp.gate_proj.weight")
+    router = shapes.get(first + "mlp.gate.weight")
+    if gate is not None:
+        fields["ffn_hidden_size"] = gate[0]
+        fields["num_moe_experts"] = None
+    elif router is not None:
+        fields["num_moe_experts"] = router[0]
+        down = shapes.get(first + "mlp.experts.0.down_proj.weight") or shapes.get(
+            first + "mlp.experts.down_proj"
+        )
+        if down is not None:
+            fields["moe_ffn_hidden_size"] = down[-1]
+    return fields
+
+
+def _tensor_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors weights beside config.json")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                shapes[name] = tuple(f.get_slice(name).get_shape())
+    return shapes
+
+
+def check_weight_files(directory: str | Path, hf: HFModelConfig) -> None:
+    """Refuse weights whose shape differs from ``config.json``'s, naming every field, before
+    transformers builds the model (it would stop at the first tensor of another size, or
+    initialise at random the layers the file lacks)."""
+    expected = expected_model_fields(hf)
+    found = weight_file_fields(directory)
+    problems = [
+        f"{name}: the weights have {got!r}, config.json says {expected[name]!r}"
+        for name, got in found.items()
+        if name in expected and got != expected[name]
+    ]
+    if problems:
+        raise ValueError(
+            f"{directory}: the weights do not fit config.json ({hf.architecture}): "
+            + "; ".join(problems)
+        )
+
+
+def _check_loading_info(directory: str | Path, info: dict[str, Any]) -> None:
+    """Refuse a load in which some tensor of the model was not in the file, or the other way
+    round, or had another shape (what :func:`check_weight_files` cannot name as a field)."""
+    problems = []
+    if info.get("missing_keys"):
+        problems.append(f"not in the weights (left at random): {_names(info['missing_keys'])}")
+    if info.get("unexpected_keys"):
+        problems.append(f"in the weights, not in the model: {_names(info['unexpected_keys'])}")
+    mismatched = info.get("mismatched_keys") or []
+    if mismatched:
+        shown = ", ".join(
+            f"{name} {list(file_shape)} in the weights, {list(model_shape)} built"
+            for name, file_shape, model_shape in list(mismatched)[:5]
+        )
+        problems.append(f"another shape: {shown}")
+    if problems:
+        raise ValueError(
+            f"{directory}: the weights do not fit the model config.json builds: "
+            + "; ".join(problems)
+        )
+
+
+def _names(names: Any) -> str:
+    listed = sorted(names)
+    more = f" and {len(listed) - 5} more" if len(listed) > 5 else ""
+    return ", ".join(listed[:5]) + more
+
+
 def load_causal_lm(directory: str | Path) -> PreTrainedModel:
-    """The causal LM in ``directory`` (float32, CPU, eval), checked against its
-    ``config.json`` (:func:`check_built_model`)."""
+    """The causal LM in ``directory`` (float32, CPU, eval), checked three ways: the weights'
+    shapes against ``config.json`` (:func:`check_weight_files`), every tensor loaded
+    (none missing, extra or of another size), and the module transformers built against
+    ``config.json`` (:func:`check_built_model`). Each refusal is a ``ValueError`` naming the
+    fields (or tensors) and both values."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(directory), dtype=torch.float32, local_files_only=True
+    hf = read_hf_config(Path(directory))
+    check_weight_files(directory, hf)
+    loaded: Any = AutoModelForCausalLM.from_pretrained(
+        str(directory),
+        dtype=torch.float32,
+        local_files_only=True,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # refused below, naming the tensors
     )
-    check_built_model(read_hf_config(Path(directory)), model)
-    return model.eval()
+    model, info = loaded
+    _check_loading_info(directory, info)
+    check_built_model(hf, model)
+    built: PreTrainedModel = model.eval()
+    return built
+
+
+def checkpoint_tensors(model: PreTrainedModel) -> list[tuple[str, torch.Tensor]]:
+    """``model``'s parameters (detached) under the names its safetensors files use, which is
+    what SGLang's weight loading expects: transformers 5 keeps some weights fused in memory
+    (Qwen3-MoE's experts as one tensor per layer) and splits them again when saving, as here;
+    a dense model's parameters keep their names. A tied output layer is not repeated."""
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4: the names in memory are the file's
+        return list(params.items())
+    reverted: dict[str, torch.Tensor] = revert_weight_conversion(model, params)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    return [(n, t) for n, t in reverted.items() if not (tied and n == "lm_head.weight")]
 
 
 def token_logprobs(

@@ -13,10 +13,12 @@ that ratio of exactly 1 is not blurred by a different batching of the same arith
 The scored tokens come from :func:`agentrl.trainer.batching.token_sequences` and
 :func:`~agentrl.trainer.batching.flatten`, as in the megatron backend: an HF model scores token
 ``j`` from the logits at ``j − 1`` (``first_position=1``, as megatron does), the tiny policy
-scores from its own features (``first_position=0``). The two models differ only in
-:meth:`TorchBackend._logprobs` and in the weight files: an HF model exports safetensors with its
-tokenizer files beside them (:func:`~agentrl.trainer.hf_model.save_model`), which the CPU engine
-reloads, the tiny policy its own format.
+scores from its own features (``first_position=0``). Everything that differs between the two
+models sits in one adapter (:class:`HFModel`, :class:`TinyModel`): which tokens are scored and
+how, the tensors the distributed weight sync sends (HF: under the names of the safetensors
+files), and the weight files: an HF model exports safetensors with its tokenizer files beside
+them (:func:`~agentrl.trainer.hf_model.save_model`), which the CPU engine reloads, the tiny
+policy its own format.
 The megatron backend (:mod:`agentrl.trainer.megatron_backend`) has the same surface.
 
 Callers: :mod:`agentrl.trainer.loop` drives it through its ``Backend`` protocol (it imports no
@@ -75,6 +77,84 @@ class _MiniBatch:
     logp_ref: torch.Tensor | None
 
 
+class ModelAdapter(Protocol):
+    """What differs between the models :class:`TorchBackend` trains; the rest is shared."""
+
+    @property
+    def first_position(self) -> int:
+        """The first position of a sequence that can be scored
+        (:func:`agentrl.trainer.batching.token_sequences`)."""
+        ...
+
+    def logprobs(self, module: Any, items: list[Any], *, temperature: float) -> torch.Tensor:
+        """The logprobs of the scored tokens of ``items`` (``(ids, spans)``), concatenated in
+        the order of :func:`agentrl.trainer.batching.flatten`."""
+        ...
+
+    def named_tensors(self, module: Any) -> list[tuple[str, torch.Tensor]]:
+        """The weights as the engines name them (the distributed weight sync)."""
+        ...
+
+    def export(self, module: Any, directory: Path) -> None:
+        """The weights in the format the engines load from disk."""
+        ...
+
+    def load(self, directory: Path) -> Any:
+        """A module with the weights :meth:`export` wrote."""
+        ...
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """A Hugging Face causal LM (:mod:`agentrl.trainer.hf_model`): token ``j`` scored from the
+    logits at ``j − 1``; ``source`` is its directory, whose tokenizer files go beside every
+    export."""
+
+    source: Path
+    first_position: int = 1
+
+    def logprobs(self, module: Any, items: list[Any], *, temperature: float) -> torch.Tensor:
+        return torch.cat(hf_model.token_logprobs(module, items, temperature=temperature))
+
+    def named_tensors(self, module: Any) -> list[tuple[str, torch.Tensor]]:
+        return hf_model.checkpoint_tensors(module)
+
+    def export(self, module: Any, directory: Path) -> None:
+        hf_model.save_model(module, directory, source=self.source)
+
+    def load(self, directory: Path) -> Any:
+        return hf_model.load_causal_lm(directory)
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """The tiny policy (:mod:`agentrl.tiny.policy`), which scores from its own features."""
+
+    first_position: int = 0
+
+    def logprobs(self, module: Any, items: list[Any], *, temperature: float) -> torch.Tensor:
+        return torch.cat(tiny.batch_logprobs(module, items, temperature=temperature))
+
+    def named_tensors(self, module: Any) -> list[tuple[str, torch.Tensor]]:
+        return [(name, p.detach()) for name, p in module.named_parameters()]
+
+    def export(self, module: Any, directory: Path) -> None:
+        tiny.save_policy(module, directory)
+
+    def load(self, directory: Path) -> Any:
+        return tiny.load_policy(directory)
+
+
+def adapter_for(model: Any, source: Path | None) -> ModelAdapter:
+    """The adapter of ``model``: the tiny policy's, else an HF model's (``source`` its
+    directory)."""
+    if isinstance(model, tiny.TinyPolicy):
+        return TinyModel()
+    if source is None:
+        raise ValueError("an HF model needs its source directory (tokenizer files)")
+    return HFModel(source)
+
+
 class TorchBackend:
     """AdamW on the tiny policy or an HF causal LM: ``miniBatches × epochs`` updates per step.
 
@@ -90,11 +170,7 @@ class TorchBackend:
         source: Path | None = None,
     ) -> None:
         self.model = model
-        self.source = source
-        self.is_hf = not isinstance(model, tiny.TinyPolicy)
-        if self.is_hf and source is None:
-            raise ValueError("an HF model needs its source directory (tokenizer files)")
-        self.first_position = 1 if self.is_hf else 0
+        self.adapter = adapter_for(model, source)
         self.spec = spec
         self.temperature = temperature
         opt = spec.optimizer
@@ -109,15 +185,17 @@ class TorchBackend:
         # The KL term compares with the initial policy, kept frozen.
         self.reference: Any = copy.deepcopy(model).eval() if spec.algorithm.kl_coef > 0 else None
 
+    @property
+    def first_position(self) -> int:
+        return self.adapter.first_position
+
     def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
         """One GRPO step on ``samples``."""
         with tiny.single_thread():
             return self._step(samples)
 
     def _logprobs(self, model: Any, items: list[Any]) -> torch.Tensor:
-        if self.is_hf:
-            return torch.cat(hf_model.token_logprobs(model, items, temperature=self.temperature))
-        return torch.cat(tiny.batch_logprobs(model, items, temperature=self.temperature))
+        return self.adapter.logprobs(model, items, temperature=self.temperature)
 
     def _prepare(self, samples: Sequence[TrainSample]) -> _MiniBatch:
         seqs = batching.token_sequences(samples, first_position=self.first_position)
@@ -203,7 +281,7 @@ class TorchBackend:
         it in its own conversation (one forward per conversation: no attention across the
         packing). Its own AdamW (``lr``; the other settings ``spec.optimizer``'s), so RL
         starts with fresh optimizer moments."""
-        if not self.is_hf:
+        if not isinstance(self.adapter, HFModel):
             raise ValueError("the warm start trains HF models; the tiny policy has no template")
         optimizer = self.sft_step_optimizer(lr)
         trained = sum(batch.loss_mask)
@@ -259,11 +337,12 @@ class TorchBackend:
     def export_weights(self, directory: Path) -> None:
         """Write the weights in the format the CPU engine loads (HF: safetensors and the
         tokenizer files)."""
-        if self.is_hf:
-            assert self.source is not None
-            hf_model.save_model(self.model, directory, source=self.source)
-        else:
-            tiny.save_policy(self.model, directory)
+        self.adapter.export(self.model, directory)
+
+    def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """The current weights as (name the engines load, tensor), for the distributed weight
+        sync (:func:`agentrl.trainer.factories.build_weight_sync`)."""
+        return self.adapter.named_tensors(self.model)
 
     def save_state(self, directory: Path) -> None:
         """Weights plus optimizer state (a checkpoint)."""
@@ -277,10 +356,7 @@ class TorchBackend:
 
     def load_state(self, directory: Path) -> None:
         """Inverse of :meth:`save_state`."""
-        if self.is_hf:
-            self.model.load_state_dict(hf_model.load_causal_lm(directory / "model").state_dict())
-        else:
-            self.model.load_state_dict(tiny.load_policy(directory / "model").state_dict())
+        self.model.load_state_dict(self.adapter.load(directory / "model").state_dict())
         state = torch.load(directory / "optimizer.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None and "reference" in state:
