@@ -160,3 +160,59 @@ async def test_every_toy_task_of_a_family_gets_a_trace_in_the_xml_syntax_too(
     assert report.written == len(tasks) == 6
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [line["messages"][1]["content"] for line in lines] == [t.instruction for t in tasks]
+
+
+def _manifest(tmp_path: Path, **model: object) -> Path:
+    import yaml
+
+    doc = {
+        "apiVersion": "agentrl.dev/v1alpha1",
+        "kind": "AgentRLJob",
+        "metadata": {"name": "traces"},
+        "spec": {
+            "model": {"source": {"path": str(tmp_path / "model")}, **model},
+            "dataset": {"format": "toy", "heldOutFraction": 0.5, "maxTasks": 6, "seed": 3},
+            "inference": {"server": "tiny", "gpusPerEngine": 0},
+            "rollout": {"maxTurns": 12},
+            "sandbox": {"provider": "local"},
+            "trainer": {"backend": "torch", "gpusPerNode": 0},
+        },
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_agentrl_tasks_traces_solves_the_training_split_only(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentrl.api.model import DatasetSpec
+    from agentrl.cli import main
+    from agentrl.rollout.tasks import load_tasks, split_held_out
+
+    out = tmp_path / "traces.jsonl"
+    manifest = _manifest(tmp_path, toolCallParser="qwen3_coder")
+    result = CliRunner().invoke(main, ["tasks", "traces", str(manifest), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    dataset = DatasetSpec(format="toy", heldOutFraction=0.5, maxTasks=6, seed=3)
+    train, held = split_held_out(load_tasks(dataset), 0.5, 3)
+    assert (len(train), len(held)) == (3, 3)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(x["messages"][1]["content"] for x in lines) == sorted(
+        t.instruction for t in train
+    )
+    assert "<function=" not in out.read_text()  # calls are structured; the template writes them
+    assert "wrote 3 conversations" in result.output
+
+
+def test_agentrl_tasks_traces_needs_the_jobs_tool_call_parser(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentrl.cli import main
+
+    out = tmp_path / "traces.jsonl"
+    result = CliRunner().invoke(
+        main, ["tasks", "traces", str(_manifest(tmp_path)), "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "spec.model.toolCallParser is not set" in result.output

@@ -1,4 +1,5 @@
-"""``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes, list a
+"""``agentrl tasks``: generate the bundled toy dataset, validate any dataset in sandboxes, write
+expert traces of the toy tasks for a warm start (``traces``), list a
 dataset's images for pre-pulling.
 
 Callers: the CLI root (``agentrl.cli`` names ``agentrl.rollout.tasks.cli:tasks``).
@@ -10,6 +11,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -285,3 +287,68 @@ def validate(
     click.echo(f"{len(reports) - len(bad)}/{len(reports)} tasks valid", err=True)
     if bad:
         raise SystemExit(1)
+
+
+@tasks.command()
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Write the conversations here (JSONL: one {messages, tools} object per line).",
+)
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Tasks solved at once.")
+def traces(manifest: Path, out: Path, concurrency: int) -> None:
+    """Write expert conversations for the training split of MANIFEST's toy tasks: a scripted
+    solver acting through spec.model.toolCallParser's syntax, the SWE tools running its calls
+    in local sandboxes, kept when the task's verifier scores 1 (a warm-start dataset).
+    Held-out tasks (spec.dataset.heldOutFraction) are never solved. Exits 1 when a task could
+    not be turned into a resolved conversation."""
+    from agentrl.api.model import DatasetFormat
+    from agentrl.api.validation import load_job
+    from agentrl.rollout.caps import EpisodeCaps
+    from agentrl.rollout.tasks import load_tasks, split_held_out
+    from agentrl.rollout.tasks.traces import write_traces
+    from agentrl.rollout.toolcalls import UnknownToolCallParser, get_parser
+    from agentrl.sandbox import open_provider
+
+    job = load_job(manifest.read_text(encoding="utf-8"))
+    spec = job.spec
+    if spec.dataset.format != DatasetFormat.TOY:
+        raise click.UsageError(
+            f"spec.dataset.format is {spec.dataset.format.value}: the scripted solver knows the "
+            "bundled toy tasks only (format: toy)"
+        )
+    if spec.model.tool_call_parser is None:
+        raise click.UsageError(
+            "spec.model.toolCallParser is not set: traces are written in the syntax of the "
+            "job's tool-call parser (e.g. qwen25 or qwen3_coder)"
+        )
+    try:
+        parser = get_parser(spec.model.tool_call_parser)
+    except UnknownToolCallParser as exc:
+        raise click.UsageError(str(exc)) from exc
+    train, held_out = split_held_out(
+        load_tasks(spec.dataset), spec.dataset.held_out_fraction, spec.dataset.seed
+    )
+    sandbox_spec = spec.sandbox.model_copy(update={"provider": "local"})
+
+    async def run() -> Any:
+        provider = open_provider(sandbox_spec)
+        try:
+            return await write_traces(
+                train, provider, parser, EpisodeCaps.from_spec(spec), out, concurrency=concurrency
+            )
+        finally:
+            await provider.aclose()
+
+    report = asyncio.run(run())
+    for task_id, reason in report.failed.items():
+        click.echo(f"{task_id}: {reason}", err=True)
+    click.echo(
+        f"wrote {report.written} conversations to {out} ({len(train)} training tasks; "
+        f"{len(held_out)} held out, not solved)",
+        err=True,
+    )
+    if report.failed:
+        sys.exit(1)
