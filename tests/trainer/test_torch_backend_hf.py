@@ -97,8 +97,9 @@ def test_a_model_built_unlike_its_config_is_refused_naming_the_field(
     model_dir: Path, tmp_path: Path, changes: dict[str, object], field: str
 ) -> None:
     model = hf_model.load_causal_lm(model_dir)
-    with pytest.raises(ValueError, match=re.escape(field)):
+    with pytest.raises(ValueError, match=re.escape(field)) as refused:
         hf_model.check_built_model(read_hf_config(_edited(model_dir, tmp_path, **changes)), model)
+    assert str(refused.value).startswith("the model transformers built does not match")
 
 
 def test_a_config_that_says_moe_refuses_a_dense_model(model_dir: Path, tmp_path: Path) -> None:

@@ -222,11 +222,15 @@ def expected_model_fields(hf: HFModelConfig) -> dict[str, Any]:
     return fields
 
 
-def compare_model_fields(hf: HFModelConfig, built: dict[str, Any]) -> None:
+def compare_model_fields(
+    hf: HFModelConfig, built: dict[str, Any], *, subject: str = "the megatron model"
+) -> None:
     """Refuse a built model whose shape differs from the HF config's, naming every field.
 
     ``built`` has :func:`expected_model_fields`'s keys, read from the model megatron built
-    (:func:`agentrl.trainer.megatron_backend.built_model_fields`). Floats (norm epsilon, RoPE
+    (:func:`agentrl.trainer.megatron_backend.built_model_fields`, or
+    :func:`agentrl.trainer.hf_model.built_model_fields` for the model transformers built:
+    ``subject`` says which). Floats (norm epsilon, RoPE
     base) compare to a relative 1e-4: the RoPE base is read back from the rotary frequencies.
 
     Raises:
@@ -243,8 +247,7 @@ def compare_model_fields(hf: HFModelConfig, built: dict[str, Any]) -> None:
             problems.append(f"{name}: built {got!r}, config.json says {want!r}")
     if problems:
         raise ValueError(
-            f"the megatron model does not match {hf.architecture}'s config.json: "
-            + "; ".join(problems)
+            f"{subject} does not match {hf.architecture}'s config.json: " + "; ".join(problems)
         )
 
 

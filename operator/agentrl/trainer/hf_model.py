@@ -171,7 +171,7 @@ def built_model_fields(model: PreTrainedModel) -> dict[str, Any]:
 
 def check_built_model(hf: HFModelConfig, model: PreTrainedModel) -> None:
     """Refuse ``model`` when its shape differs from ``config.json``'s, naming every field."""
-    compare_model_fields(hf, built_model_fields(model))
+    compare_model_fields(hf, built_model_fields(model), subject="the model transformers built")
 
 
 def weight_file_fields(directory: str | Path) -> dict[str, Any]:
