@@ -259,6 +259,16 @@ def checkpoint_volume(cluster: ClusterHandle, kubectl: Kubectl) -> Iterator[str]
     admin.run("delete", "pv", name, "--wait=false", check=False)
 
 
+def replaced_and_ready(kubectl: Kubectl, select: tuple[str, ...], old: dict[str, Any]) -> bool:
+    """A pod that ``select`` lists, other than ``old``, has every container Ready."""
+    pods = kubectl.json("get", "pods", *select)["items"]
+    return any(
+        p["metadata"]["uid"] != old["metadata"]["uid"]
+        and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
+        for p in pods
+    )
+
+
 # ---- the run -------------------------------------------------------------------------------------
 
 
@@ -399,18 +409,13 @@ def _run(
     kubectl.run("delete", "pod", f"{JOB}-engine-0", "--wait=false")
     at_delete = step(kubectl)
 
-    def engine_back_and_ready() -> bool:
-        # between the delete and its re-creation the pod does not exist: a field-selected list
-        # is empty then, where a get by name would fail with NotFound
-        by_name = f"metadata.name={JOB}-engine-0"
-        pods = kubectl.json("get", "pods", "--field-selector", by_name)["items"]
-        return any(
-            p["metadata"]["uid"] != engine["metadata"]["uid"]
-            and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
-            for p in pods
-        )
-
-    wait_for(engine_back_and_ready, timeout=300, interval=2, what="the engine pod back and Ready")
+    # between the delete and its re-creation the pod does not exist: a field-selected list is
+    # empty then, where a get by name would fail with NotFound
+    by_name = ("--field-selector", f"metadata.name={JOB}-engine-0")
+    wait_for(
+        lambda: replaced_and_ready(kubectl, by_name, engine),
+        timeout=300, interval=2, what="the engine pod back and Ready",
+    )  # fmt: skip
     wait_step(kubectl, at_delete + 2, timeout=900)
     wait_for(
         lambda: condition(kubectl, "WeightsSynced").get("status") == "True"
@@ -435,15 +440,10 @@ def _run(
     kubectl.run("delete", "pod", "-l", selector, "--wait=false")
     at_delete = step(kubectl)
 
-    def new_operator_ready() -> bool:
-        pods = kubectl.json("get", "pods", "-l", selector)["items"]
-        return any(
-            p["metadata"]["uid"] != old_operator["metadata"]["uid"]
-            and all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
-            for p in pods
-        )
-
-    wait_for(new_operator_ready, timeout=180, interval=2, what="a new operator pod Ready")
+    wait_for(
+        lambda: replaced_and_ready(kubectl, ("-l", selector), old_operator),
+        timeout=180, interval=2, what="a new operator pod Ready",
+    )  # fmt: skip
     wait_step(kubectl, at_delete + 1, timeout=900)
     assert {kind: uids(kubectl, kind) for kind in children} == children
     assert trainer_pod(kubectl)["metadata"]["uid"] == trainer_uid

@@ -233,11 +233,10 @@ class LineError(BaseModel):
         return f"{path}:{self.line}: {self.reason}"
 
 
-class RenderedConversation(BaseModel):
-    """One conversation as token ids with its loss mask (1: trained on)."""
+class MaskedTokens(BaseModel):
+    """Token ids with their loss mask (1: trained on): a conversation, or a packed batch of
+    them (:class:`agentrl.trainer.sft_batches.SFTBatch`)."""
 
-    line: int
-    """Its line in the warm-start file (from 1)."""
     token_ids: list[int]
     loss_mask: list[int]
 
@@ -247,7 +246,15 @@ class RenderedConversation(BaseModel):
 
     @property
     def trained_tokens(self) -> int:
+        """Tokens the loss is taken over (its denominator)."""
         return sum(self.loss_mask)
+
+
+class RenderedConversation(MaskedTokens):
+    """One conversation as token ids with its loss mask."""
+
+    line: int
+    """Its line in the warm-start file (from 1)."""
 
 
 class WarmStartReport(BaseModel):

@@ -26,34 +26,21 @@ import random
 from collections.abc import Sequence
 from itertools import pairwise
 
-from pydantic import BaseModel
-
-from agentrl.rollout.conversations import RenderedConversation
+from agentrl.rollout.conversations import MaskedTokens, RenderedConversation
 
 #: Batches still open to later conversations while packing: a conversation goes into the first
 #: of them with room. More packs tighter; 8 leaves little room unused at a bounded cost.
 OPEN_BATCHES = 8
 
 
-class SFTBatch(BaseModel):
-    """Conversations packed back to back, without padding."""
+class SFTBatch(MaskedTokens):
+    """Conversations packed back to back, without padding (``loss_mask``: 1 on an assistant
+    turn's tokens, its end-of-turn token included)."""
 
-    token_ids: list[int]
-    loss_mask: list[int]
-    """1: the token is trained on (an assistant turn's, its end-of-turn token included)."""
     cu_seqlens: list[int]
     """Boundaries: ``[0, n0, n0 + n1, …, len(token_ids)]``."""
     lines: list[int]
     """The warm-start line of each conversation, in batch order."""
-
-    @property
-    def tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def trained_tokens(self) -> int:
-        """Tokens the loss is taken over (its denominator)."""
-        return sum(self.loss_mask)
 
     @property
     def max_seqlen(self) -> int:
