@@ -304,3 +304,41 @@ async def test_submit_captures_the_diff_against_the_start_with_new_files_not_bin
 async def test_submit_without_changes_gives_an_empty_patch(runner: SWEToolRunner) -> None:
     result = await runner.call("submit", {})
     assert (result.submitted, result.patch) == (True, "")
+
+
+async def test_apply_edit_applies_a_toy_tasks_named_edit_and_only_where_offered(
+    tmp_path: Path,
+) -> None:
+    from agentrl.rollout.tasks import generate_toy_tasks
+
+    task = next(t for t in generate_toy_tasks(0) if t.id == "toy-stats-off_by_one")
+    schema = tool_schemas([e.name for e in task.candidate_edits])[-1]["function"]
+    assert schema["name"] == "apply_edit"
+    assert schema["parameters"]["properties"]["name"]["enum"] == [
+        e.name for e in task.candidate_edits
+    ]
+    provider = LocalProvider(base_dir=str(tmp_path))
+    sandbox = await provider.create(SandboxRequest(episode_id="edits", image="local"))
+    async with sandbox:
+        for path, text in task.files.items():
+            await sandbox.write_file(path, text)
+        runner = SWEToolRunner(sandbox, task, timeout_seconds=30, output_max_bytes=4096)
+        fix = next(e for e in task.candidate_edits if e.name == "off_by_one")
+        applied = await runner.call("apply_edit", {"name": "off_by_one"})
+        assert applied.observation == "applied off_by_one to stats.py"
+        want = task.files["stats.py"].replace(fix.old, fix.new, 1)
+        assert (await sandbox.read_file("stats.py")).decode() == want
+        unknown = await runner.call("apply_edit", {"name": "rewrite_everything"})
+        assert unknown.observation.startswith("unknown edit 'rewrite_everything'")
+
+        # a task without candidate edits (SWE-bench) has no such tool
+        plain = SWEToolRunner(
+            sandbox,
+            task.model_copy(update={"candidate_edits": []}),
+            timeout_seconds=30,
+            output_max_bytes=4096,
+        )
+        refused = await plain.call("apply_edit", {"name": "off_by_one"})
+        assert refused.observation == (
+            "unknown tool 'apply_edit'; the tools are: bash, str_replace_editor, submit"
+        )

@@ -1,5 +1,7 @@
 """The tools SWE agents know, as OpenAI function tools: ``bash``, ``str_replace_editor`` and
-``submit`` (the set SWE-agent and the public trajectory datasets use).
+``submit`` (the set SWE-agent and the public trajectory datasets use), and ``apply_edit`` for a
+dataset whose tasks name candidate edits (the bundled toy tasks: the text actions' ``apply
+NAME`` as a native tool, its ``name`` an enum of the edits).
 
 ``bash`` runs one command with ``/bin/bash`` (not ``/bin/sh``) in a fresh shell in the
 repository, after the task's ``shell_setup`` lines (SWE-bench/SWE-smith images: activate the
@@ -29,17 +31,26 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentrl.rollout.tasks.model import Task
-from agentrl.rollout.tools import ToolResult, ToolRunner, format_exec, truncate_output
+from agentrl.rollout.tools import (
+    ToolCall,
+    ToolResult,
+    ToolRunner,
+    format_exec,
+    truncate_output,
+)
 from agentrl.sandbox.provider import Sandbox, resolve_path
 
 BASH: Final = "bash"
 EDITOR: Final = "str_replace_editor"
 SUBMIT: Final = "submit"
 SWE_TOOL_NAMES: Final = (BASH, EDITOR, SUBMIT)
+#: The toy tasks' named candidate edits as a native tool (the text actions' ``apply NAME``):
+#: offered only to a job whose tasks have them (:func:`tool_schemas` ``edits``).
+APPLY_EDIT: Final = "apply_edit"
 EDITOR_COMMANDS: Final = ("view", "create", "str_replace", "insert", "undo_edit")
 #: Lines of context shown around an edit.
 SNIPPET_LINES: Final = 4
@@ -60,8 +71,31 @@ def _function(
     }
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """The OpenAI function tools (``tools=``) of :class:`SWEToolRunner`, in a fixed order."""
+def tool_schemas(edits: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The OpenAI function tools (``tools=``) of :class:`SWEToolRunner`, in a fixed order; with
+    ``edits`` (the names of a dataset's candidate edits, :func:`agentrl.rollout.tasks.
+    offered_edits`) also ``apply_edit``, whose ``name`` is one of them."""
+    return [*_swe_tools(), *([_apply_edit(edits)] if edits else [])]
+
+
+def _apply_edit(edits: Sequence[str]) -> dict[str, Any]:
+    return _function(
+        APPLY_EDIT,
+        "Apply one of the task's named candidate edits to the repository. Each names a kind "
+        "of fix at the bug's location; applying one first undoes the one applied before, so "
+        "another can be tried after a failing test run.",
+        {
+            "name": {
+                **_STRING,
+                "enum": list(edits),
+                "description": "The candidate edit to apply.",
+            }
+        },
+        ["name"],
+    )
+
+
+def _swe_tools() -> list[dict[str, Any]]:
     return [
         _function(
             BASH,
@@ -190,8 +224,12 @@ class SWEToolRunner(ToolRunner):
         elif name == SUBMIT:
             patch = await self.capture_patch()
             return ToolResult(observation="submitted", submitted=True, patch=patch)
+        elif name == APPLY_EDIT and self.task.candidate_edits:
+            edit = str(args.get("name", ""))
+            result = await self._apply(ToolCall(name="apply", arguments={"name": edit}))
         else:
-            known = ", ".join(SWE_TOOL_NAMES)
+            names = [*SWE_TOOL_NAMES, *([APPLY_EDIT] if self.task.candidate_edits else [])]
+            known = ", ".join(names)
             result = ToolResult(observation=f"unknown tool {name!r}; the tools are: {known}")
         return result.model_copy(
             update={"observation": truncate_output(result.observation, self.output_max_bytes)}

@@ -34,9 +34,19 @@ __all__ = [
     "generate_toy_tasks",
     "load_dataset",
     "load_tasks",
+    "offered_edits",
     "split_held_out",
     "task_images",
 ]
+
+
+def offered_edits(dataset: DatasetSpec) -> tuple[str, ...]:
+    """The candidate edits a native tool-call agent may ``apply_edit`` on ``dataset``'s tasks
+    (:func:`agentrl.rollout.swe_tools.tool_schemas`): the bundled toy tasks' (``format: toy``),
+    none for every other format (their agents edit with ``str_replace_editor``)."""
+    from agentrl.rollout.tasks.toy_families import BUG_KINDS
+
+    return tuple(BUG_KINDS) if dataset.format == DatasetFormat.TOY else ()
 
 
 def _load_task_jsonl(path: Path) -> list[Task]:

@@ -6,10 +6,13 @@ A scripted solver works each bundled toy task the way the native tool-call agent
 calls back from that text, the SWE tools run them in a real sandbox of the task
 (:class:`~agentrl.rollout.swe_tools.SWEToolRunner`), and the results go into the conversation as
 the rollout puts them there (the remaining turns on the observation when
-``spec.rollout.showRemainingTurns``). The solver runs the failing tests, views the function
-around the bug, replaces the buggy text with the fix (the task's reference edit), runs the
-tests again and submits. A conversation is written only when the task's own verifier scores
-the result 1 (reward in the sandbox the solver worked in, as toy episodes are graded).
+``spec.rollout.showRemainingTurns``). The solver runs the failing tests, fixes the bug (the
+task's reference edit) and runs the tests again before it submits. It fixes with the tool the
+job's rollout offers: ``apply_edit`` with the reference edit's name, when the job offers it
+(``edits``: the toy tasks' candidate edits, :func:`agentrl.rollout.tasks.offered_edits`), else
+it views the function around the bug and replaces the buggy text with
+``str_replace_editor``. A conversation is written only when the task's own verifier scores the
+result 1 (reward in the sandbox the solver worked in, as toy episodes are graded).
 
 Each line of the output is ``{"messages": [...], "tools": [...]}``: OpenAI chat messages
 (assistant messages with ``tool_calls``, ``tool`` messages with the results) and the OpenAI tool
@@ -36,6 +39,7 @@ from agentrl.rollout.agent import SYSTEM_PROMPT
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.sandbox_setup import prepare_sandbox
 from agentrl.rollout.swe_tools import (
+    APPLY_EDIT,
     BASH,
     EDITOR,
     SUBMIT,
@@ -83,11 +87,32 @@ def _fix(task: Task) -> CandidateEdit:
     return fix
 
 
-def toy_solution_turns(task: Task) -> list[ScriptedTurn]:
-    """The solver's turns for a toy task: test, view the bug's surroundings, fix, test, submit."""
+def toy_solution_turns(task: Task, *, apply_edit: bool = False) -> list[ScriptedTurn]:
+    """The solver's turns for a toy task: test, fix, test, submit. ``apply_edit``: fix with
+    that tool (the reference edit's name), else view the bug's surroundings and replace the
+    buggy text with the editor."""
     if task.source != "toy" or task.visible_test_command is None:
         raise TraceError(f"{task.id}: the scripted solver knows toy tasks only")
     fix = _fix(task)
+    if apply_edit:
+        test = task.visible_test_command
+        return [
+            ScriptedTurn(
+                thought="Let me run the tests to see what fails.",
+                call=ParsedToolCall(name=BASH, arguments={"command": test}),
+            ),
+            ScriptedTurn(
+                thought="The failure points to this kind of bug. I will apply its fix.",
+                call=ParsedToolCall(name=APPLY_EDIT, arguments={"name": fix.name}),
+            ),
+            ScriptedTurn(
+                thought="Let me run the tests again.",
+                call=ParsedToolCall(name=BASH, arguments={"command": test}),
+            ),
+            ScriptedTurn(
+                thought="The tests pass. I will submit.", call=ParsedToolCall(name=SUBMIT)
+            ),
+        ]
     lines = task.files[fix.path].split("\n")
     at = next((i for i, line in enumerate(lines) if fix.old.split("\n")[0] in line), None)
     if at is None:
@@ -125,17 +150,19 @@ async def record_trace(
     caps: EpisodeCaps,
     *,
     turns: Sequence[ScriptedTurn] | None = None,
+    edits: Sequence[str] = (),
 ) -> Trace:
-    """Work ``task`` with the scripted solver (or ``turns``) in a sandbox from ``provider``;
-    :class:`TraceError` when a call does not read back, the turn cap is too small, or the
-    result does not score 1."""
-    script = list(turns) if turns is not None else toy_solution_turns(task)
+    """Work ``task`` with the scripted solver (or ``turns``) in a sandbox from ``provider``,
+    offered the SWE tools (and ``apply_edit`` over ``edits``, which the solver then fixes
+    with); :class:`TraceError` when a call does not read back, the turn cap is too small, or
+    the result does not score 1."""
+    script = list(turns) if turns is not None else toy_solution_turns(task, apply_edit=bool(edits))
     if len(script) > caps.max_turns:
         raise TraceError(
             f"{task.id}: the solver needs {len(script)} turns and spec.rollout.maxTurns is "
             f"{caps.max_turns}"
         )
-    schemas = tool_schemas()
+    schemas = tool_schemas(edits)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": task.instruction},
@@ -196,15 +223,17 @@ async def write_traces(
     out: Path,
     *,
     concurrency: int = 4,
+    edits: Sequence[str] = (),
 ) -> TraceReport:
     """Record a trace of every task, ``concurrency`` at once, and write them to ``out`` in task
-    order (one JSON object per line)."""
+    order (one JSON object per line). ``edits``: offer ``apply_edit`` over them (the job's
+    :func:`agentrl.rollout.tasks.offered_edits`)."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(task: Task) -> Trace | str:
         async with gate:
             try:
-                return await record_trace(task, provider, parser, caps)
+                return await record_trace(task, provider, parser, caps, edits=edits)
             except TraceError as exc:
                 return str(exc)
 
