@@ -360,6 +360,31 @@ INVALID: list[Case] = [
         "spec.model.toolCallParser",
     ),
     Case(
+        "a warm start below the batch budget's floor",
+        spec({"trainer": {"warmStart": {"dataset": "w.jsonl", "tokensPerBatch": 100}}}),
+        "spec.trainer.warmStart.tokensPerBatch",
+    ),
+    Case(
+        "a warm start without its dataset",
+        spec({"trainer": {"warmStart": {"epochs": 2}}}),
+        "spec.trainer.warmStart.dataset",
+    ),
+    Case(
+        "a warm start on the built-in tiny policy, which has no chat template",
+        spec(
+            {
+                "model": {"source": {"path": "tiny"}},
+                "trainer": {"backend": "torch", "warmStart": {"dataset": "w"}},
+            }
+        ),
+        "spec.trainer.warmStart",
+    ),
+    Case(
+        "a warm start on the megatron backend, which has no warm-start stage yet",
+        spec({"trainer": {"backend": "megatron", "warmStart": {"dataset": "w.jsonl"}}}),
+        "spec.trainer.warmStart",
+    ),
+    Case(
         "an SGLang tool-call parser the training rollout has no parser for",
         spec({"model": {"toolCallParser": "llama3", "chatTemplate": {"path": "t.jinja"}}}),
         "spec.model.toolCallParser",

@@ -207,6 +207,24 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
         "spec.inference.tolerations[0].value",
         f"value {'x' * 64} is not a taint value Kubernetes accepts {LABELS}",
     ),
+    (
+        {
+            "model": {"source": {"path": "tiny"}},
+            "inference": TINY_ENGINE,
+            "trainer": {"backend": "torch", "gpusPerNode": 0, "warmStart": {"dataset": "w.jsonl"}},
+        },
+        "spec.trainer.warmStart",
+        "trainer.warmStart renders conversations with the chat template of the model, and "
+        "model.source.path tiny is the built-in tiny policy, which has none: set "
+        "model.source.path to a Hugging Face model directory, or remove trainer.warmStart",
+    ),
+    (
+        {"trainer": {"backend": "megatron", "warmStart": {"dataset": "w.jsonl"}}},
+        "spec.trainer.warmStart",
+        "trainer.warmStart runs on trainer.backend torch; the megatron backend has no "
+        "warm-start stage yet: set trainer.backend: torch, or remove trainer.warmStart and "
+        "start RL from a model fine-tuned beforehand",
+    ),
 ]
 
 
@@ -243,6 +261,21 @@ def test_the_checkpoint_volume_must_be_a_pvc_name() -> None:
         {"trainer": {"checkpoint": {"volume": "ckpt.v1", "storageClassName": "fast-ssd"}}},
         {"trainer": {"network": {"ncclSocketIfname": "^docker,lo", "glooSocketIfname": "eth0"}}},
         {"trainer": {"network": {"ncclSocketIfname": "=ens1f0", "glooSocketIfname": "a,b"}}},
+        # a warm start on a Hugging Face model, all of its fields set
+        {
+            "inference": TINY_ENGINE,
+            "trainer": {
+                "backend": "torch",
+                "gpusPerNode": 0,
+                "warmStart": {
+                    "dataset": "/models/traces.jsonl",
+                    "epochs": 3,
+                    "lr": 2e-5,
+                    "tokensPerBatch": 65536,
+                    "seed": 1,
+                }
+            }
+        },
     ],
     ids=lambda p: yaml.safe_dump(p, default_flow_style=True).strip(),
 )

@@ -92,3 +92,51 @@ async def test_an_evaluation_reaches_status_the_printer_column_and_one_event(
         "held-out pass@1 0.375 after step 0 over 14 attempts (2 infra errors left out)",
         "held-out pass@1 0.500 after step 10 over 14 attempts (2 infra errors left out)",
     ]
+
+
+@pytest.mark.usefixtures("crd_installed")
+async def test_the_warm_start_stage_and_the_three_points_reach_status(
+    cluster: ClusterHandle, kubectl: Kubectl, namespace: str
+) -> None:
+    """What the trainer reports while it warms up (stage, progress, loss), then the base and
+    after-warm-start figures, which stay in status once RL's evaluations move ``passAt1``."""
+    kubectl.apply(MANIFEST)
+    warming = {
+        "step": 0,
+        "stage": "WarmingUp",
+        "warmStartProgress": 0.25,
+        "warmStartLoss": 3.5,
+        "passAt1": 0.125,
+        "evalStep": 0,
+        "evalEpisodes": 8,
+        "evalInfraErrors": 0,
+        "passAt1Base": 0.125,
+    }
+    kubectl.apply(_rank0_pod(warming))
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
+    status = kubectl.json("get", "arj", NAME)["status"]
+    assert status["trainer"]["stage"] == "WarmingUp"
+    assert (status["trainer"]["warmStartProgress"], status["trainer"]["warmStartLoss"]) == (
+        0.25,
+        3.5,
+    )
+    assert status["rollout"]["passAt1Base"] == 0.125
+    header, row = kubectl.run("get", "arj", NAME, "-o", "wide").stdout.splitlines()[:2]
+    assert row[header.index("STAGE") :].split()[0] == "WarmingUp"
+
+    # RL has stepped: a trainer that restarted reports neither of the warm start's points
+    kubectl.apply(
+        _rank0_pod({**_progress(10, 0.5), "stage": "Training", "passAt1WarmStart": 0.375})
+    )
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
+    kubectl.apply(_rank0_pod({**_progress(20, 0.625), "stage": "Training"}))
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
+    status = kubectl.json("get", "arj", NAME)["status"]
+    assert status["trainer"]["stage"] == "Training"
+    assert status["trainer"]["warmStartProgress"] == 0.25  # the last the trainer reported
+    rollout = status["rollout"]
+    assert (rollout["passAt1Base"], rollout["passAt1WarmStart"], rollout["passAt1"]) == (
+        0.125,
+        0.375,
+        0.625,
+    )

@@ -46,8 +46,13 @@ def test_pass_at_1_is_recorded_at_the_start_and_every_interval(
         assert line["episodes"] + line["infra_errors"] == 4  # 2 tasks × 2 attempts
         assert line["pass_at_1"] is None or 0.0 <= line["pass_at_1"] <= 1.0
     logged = [r.getMessage() for r in caplog.records if "pass@1" in r.getMessage()]
-    # "evaluation after step N: pass@1 …"
-    assert sorted(m.split()[3] for m in logged) == ["0:", "2:", "4:"]
+    # "evaluation after step N (STAGE): pass@1 …"
+    assert sorted(" ".join(m.split()[3:5]) for m in logged) == [
+        "0 (base):",
+        "2 (rl):",
+        "4 (rl):",
+    ]
+    assert [line["stage"] for line in lines] == ["base", "rl", "rl"]
 
     summary = json.loads((report / "summary.json").read_text())
     assert [e["step"] for e in summary["evaluations"]] == [0, 2, 4]

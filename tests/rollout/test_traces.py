@@ -110,6 +110,39 @@ async def test_a_trace_is_the_conversation_of_a_resolved_episode(tmp_path: Path)
     assert set(line) == {"messages", "tools"}
 
 
+async def test_offered_apply_edit_the_solver_fixes_with_the_reference_edits_name(
+    tmp_path: Path,
+) -> None:
+    from agentrl.api.model import DatasetSpec
+    from agentrl.rollout.tasks import offered_edits
+
+    edits = offered_edits(DatasetSpec(format="toy"))
+    # the six kinds of bug the toy families plant, each a candidate edit of every toy task
+    assert sorted(edits) == sorted(
+        [
+            "off_by_one",
+            "swap_comparison",
+            "wrong_operator",
+            "negate_condition",
+            "wrong_constant",
+            "missing_return",
+        ]
+    )
+    task = _task("toy-stats-off_by_one")
+    assert sorted(e.name for e in task.candidate_edits) == sorted(edits)
+    trace = await record_trace(
+        task, LocalProvider(base_dir=str(tmp_path)), get_parser("qwen25"), CAPS, edits=edits
+    )
+    assert trace.tools == tool_schemas(edits)
+    assert [t["function"]["name"] for t in trace.tools][-1] == "apply_edit"
+    calls = [m["tool_calls"][0]["function"] for m in trace.messages if m["role"] == "assistant"]
+    assert [c["name"] for c in calls] == ["bash", "apply_edit", "bash", "submit"]
+    assert calls[1]["arguments"] == {"name": "off_by_one"}
+    observations = [m["content"] for m in trace.messages if m["role"] == "tool"]
+    assert observations[1].startswith("applied off_by_one to stats.py")
+    assert "6 passed" in observations[2]
+
+
 async def test_a_script_that_does_not_fix_the_bug_gives_no_trace(tmp_path: Path) -> None:
     task = _task("toy-stats-off_by_one")
     decoy = next(e for e in task.candidate_edits if e.name != task.reference.edit)
@@ -203,6 +236,21 @@ def test_agentrl_tasks_traces_solves_the_training_split_only(tmp_path: Path) -> 
     )
     assert "<function=" not in out.read_text()  # calls are structured; the template writes them
     assert "wrote 3 conversations" in result.output
+    # the toy tasks' rollout offers apply_edit: the solver fixes with it by default
+    names = [c["function"]["name"] for m in lines[0]["messages"] for c in m.get("tool_calls", [])]
+    assert names == ["bash", "apply_edit", "bash", "submit"]
+
+    editor = tmp_path / "editor.jsonl"
+    result = CliRunner().invoke(
+        main, ["tasks", "traces", str(manifest), "--out", str(editor), "--solver", "editor"]
+    )
+    assert result.exit_code == 0, result.output
+    first = json.loads(editor.read_text().splitlines()[0])
+    assert [t["function"]["name"] for t in first["tools"]] == [
+        "bash",
+        "str_replace_editor",
+        "submit",
+    ]
 
 
 def test_agentrl_tasks_traces_needs_the_jobs_tool_call_parser(tmp_path: Path) -> None:

@@ -174,6 +174,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.sandbox.limitedBy",
         "priority": 1,
     },
+    {"name": "Stage", "type": "string", "jsonPath": ".status.trainer.stage", "priority": 1},
     {"name": "Pass@1", "type": "number", "jsonPath": ".status.rollout.passAt1", "priority": 1},
     {
         "name": "Traj/h",

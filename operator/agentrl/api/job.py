@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 
 from agentrl.api.base import ManifestModel, ObjectName
 from agentrl.api.engine import InferenceSpec
-from agentrl.api.model import DatasetSpec, ModelSpec
+from agentrl.api.model import TINY_POLICY_PATH, DatasetSpec, ModelSpec
 from agentrl.api.rollout import RolloutSpec
 from agentrl.api.rules import Rule, immutable
 from agentrl.api.sandbox import SandboxSpec
@@ -152,6 +152,34 @@ class AgentRLJobSpec(ManifestModel):
                 "(the repository in /testbed, its conda environment) and sandbox.provider local "
                 "runs no images: use provider kubernetes (or e2b with templates built from the "
                 "images)"
+            ),
+        ),
+        Rule(
+            cel=f"!has(self.trainer.warmStart) || self.model.source.path != '{TINY_POLICY_PATH}'",
+            message_expression=f"'trainer.warmStart renders conversations with the chat template "
+            f"of the model, and model.source.path {TINY_POLICY_PATH} is the built-in tiny policy, "
+            "which has none: set model.source.path to a Hugging Face model directory, or remove "
+            "trainer.warmStart'",
+            field_path=".trainer.warmStart",
+            check=lambda s: s.trainer.warm_start is None or s.model.source.path != TINY_POLICY_PATH,
+            message=lambda s: (
+                "trainer.warmStart renders conversations with the chat template of the model, and "
+                f"model.source.path {TINY_POLICY_PATH} is the built-in tiny policy, which has "
+                "none: set model.source.path to a Hugging Face model directory, or remove "
+                "trainer.warmStart"
+            ),
+        ),
+        Rule(
+            cel="!has(self.trainer.warmStart) || self.trainer.backend == 'torch'",
+            message_expression="'trainer.warmStart runs on trainer.backend torch; the megatron "
+            "backend has no warm-start stage yet: set trainer.backend: torch, or remove "
+            "trainer.warmStart and start RL from a model fine-tuned beforehand'",
+            field_path=".trainer.warmStart",
+            check=lambda s: s.trainer.warm_start is None or s.trainer.backend == "torch",
+            message=lambda s: (
+                "trainer.warmStart runs on trainer.backend torch; the megatron backend has no "
+                "warm-start stage yet: set trainer.backend: torch, or remove trainer.warmStart "
+                "and start RL from a model fine-tuned beforehand"
             ),
         ),
         immutable("model", "spec.model"),

@@ -78,6 +78,13 @@ class TrainerStatus(ManifestModel):
     """Trainer restarts (each resumes from the last checkpoint)."""
     active: int = 0
     """Trainer pods running."""
+    stage: str | None = None
+    """``WarmingUp`` while the warm start (``spec.trainer.warmStart``) trains, ``Training``
+    once RL runs; None before the driver reports."""
+    warm_start_progress: float | None = None
+    """Share of the warm start's updates done (1.0 once it is over)."""
+    warm_start_loss: float | None = None
+    """Loss of the warm start's last update (mean negative logprob of its assistant tokens)."""
 
 
 class RolloutStatus(ManifestModel):
@@ -96,6 +103,12 @@ class RolloutStatus(ManifestModel):
     """Attempts the last evaluation counted."""
     eval_infra_errors: int | None = None
     """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
+    pass_at_1_base: float | None = None
+    """Held-out pass@1 of the model as given, measured before the warm start
+    (``spec.trainer.warmStart``): with ``passAt1WarmStart`` and ``passAt1``, the report's
+    base → after SFT → after RL."""
+    pass_at_1_warm_start: float | None = None
+    """Held-out pass@1 after the warm start, before the first RL step."""
     infra_error_rate: float = 0.0
     """Share of episodes that ended in infra_error (retried, never trained on)."""
     truncated_rate: float = 0.0

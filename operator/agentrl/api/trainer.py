@@ -221,6 +221,38 @@ class NetworkSpec(ManifestModel):
     """``NCCL_IB_HCA``: RDMA devices to use."""
 
 
+class WarmStartSpec(ManifestModel):
+    """``spec.trainer.warmStart``: supervised fine-tuning on agent conversations before RL.
+
+    The trainer first trains on every conversation of ``dataset`` for ``epochs`` passes, then
+    starts RL from the result. Each conversation is rendered with the chat template and tool
+    schemas the rollout uses (``spec.model.chatTemplate``; the SWE tools when
+    ``spec.model.toolCallParser`` is set) and trained with loss on the tokens of every assistant
+    turn, its end-of-turn token included, and on nothing else (mean over those tokens).
+    Conversations are packed without padding into batches of at most ``tokensPerBatch``
+    tokens. A line that does not parse, calls a tool the job does not offer, renders
+    differently whole than turn by turn, or is longer than ``tokensPerBatch`` is refused with
+    its line number (``agentrl tasks validate --manifest job.yaml`` checks the file before the
+    job starts)."""
+
+    dataset: str = Field(min_length=1, max_length=512)
+    """JSONL file of conversations, as the trainer reads it (``agentrl run``: a local path; on a
+    cluster, a path in the trainer pod). Each line is ``{"messages": [...], "tools": [...]}``:
+    OpenAI chat messages (``system``, ``user``, ``assistant`` with optional ``tool_calls`` and
+    ``reasoning_content``, ``tool`` results after the call) and, optionally, OpenAI tool
+    definitions, which may only name tools the job offers (the job's definitions are rendered);
+    ``agentrl tasks traces`` writes such a file."""
+    epochs: int = Field(default=1, ge=1, le=100)
+    """Passes over the conversations; each pass packs them in a new order (from ``seed``)."""
+    lr: float = Field(default=1e-5, gt=0.0, le=1.0)
+    """AdamW learning rate of the warm start (the RL phase uses ``optimizer.lr``); the other
+    AdamW settings are ``optimizer``'s."""
+    tokens_per_batch: int = Field(default=32768, ge=512, le=1_048_576)
+    """Most tokens in one packed batch; a conversation longer than this is refused, not cut."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the conversations' order in each epoch."""
+
+
 def _data_parallel(t: TrainerSpec) -> int:
     """Data-parallel ranks of the megatron backend (1 for torch): GPUs over tensor × pipeline ×
     context parallel sizes."""
@@ -272,6 +304,9 @@ class TrainerSpec(ManifestModel):
     """NCCL/RCCL network pinning."""
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     """Held-out pass@1 during training (at the start and every ``intervalSteps``)."""
+    warm_start: WarmStartSpec | None = None
+    """Supervised fine-tuning on agent conversations before RL; unset starts RL from
+    ``spec.model`` directly."""
     backoff_limit: int = Field(default=3, ge=0, le=100)
     """Trainer restarts (from the last checkpoint) before the job is Failed."""
     image: str = Field(default="ghcr.io/agentrl/rocm-trainer:0.1.0", min_length=1, max_length=512)

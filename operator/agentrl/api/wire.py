@@ -346,6 +346,15 @@ class WatchdogReport(_Annotation):
         return self.state == WatchdogState.DEGRADED
 
 
+class TrainerStage(StrEnum):
+    """What the trainer is doing (``status.trainer.stage``)."""
+
+    WARMING_UP = "WarmingUp"
+    """The warm start (``spec.trainer.warmStart``): supervised fine-tuning before RL."""
+    TRAINING = "Training"
+    """RL steps."""
+
+
 class TrainerProgress(_Annotation):
     """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
 
@@ -367,6 +376,16 @@ class TrainerProgress(_Annotation):
     """Attempts the last evaluation counted (infra errors left out)."""
     eval_infra_errors: int | None = Field(default=None, ge=0)
     """Attempts of the last evaluation that ended in an infra error (left out of pass@1)."""
+    pass_at_1_base: float | None = None
+    """Held-out pass@1 of the model as given, before the warm start (``trainer.warmStart``)."""
+    pass_at_1_warm_start: float | None = None
+    """Held-out pass@1 after the warm start, before the first RL step."""
+    stage: TrainerStage | None = None
+    """``WarmingUp`` while the warm start trains, ``Training`` once RL runs."""
+    warm_start_progress: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share of the warm start's updates done."""
+    warm_start_loss: float | None = None
+    """Loss of the warm start's last update (mean negative logprob of its assistant tokens)."""
     infra_error_rate: float = 0.0
     """Share of episodes ended by infra errors."""
     truncated_rate: float = 0.0

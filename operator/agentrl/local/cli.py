@@ -88,6 +88,7 @@ def _run_here(
     from agentrl.api.validation import load_job
     from agentrl.local.report import write_report
     from agentrl.local.runner import RunOptions, run_local
+    from agentrl.trainer.checkpoint import WarmStartProgress
 
     job = load_job(manifest)
     options = RunOptions.model_validate_json(options_json)
@@ -112,8 +113,14 @@ def _run_here(
         elif not quiet:
             console.print(name)
 
+    def on_warm_start(progress: WarmStartProgress) -> None:
+        loss = "" if progress.loss is None else f", loss {progress.loss:.3f}"
+        on_phase(f"warm start {progress.updates}/{progress.total_updates}{loss}")
+
     async def main() -> Any:
-        return await run_local(job, options, on_step=on_step, on_phase=on_phase)
+        return await run_local(
+            job, options, on_step=on_step, on_phase=on_phase, on_warm_start=on_warm_start
+        )
 
     metrics_server = _serve_metrics(metrics_port)
     if live is not None:
@@ -295,6 +302,7 @@ def run(
     """Run an AgentRLJob manifest on this machine: local sandboxes, the CPU engine and the
     torch trainer, with held-out pass@1 measured before and after."""
     from agentrl.local.runner import RunOptions, load_manifest
+    from agentrl.trainer.warm_start import WarmStartDataError
 
     console = Console(stderr=True)
     try:
@@ -341,6 +349,8 @@ def run(
     except KeyboardInterrupt:
         console.print("interrupted: the last finished step is checkpointed; --resume continues")
         raise SystemExit(130) from None
+    except WarmStartDataError as exc:  # refused lines of spec.trainer.warmStart.dataset
+        raise click.ClickException(str(exc)) from exc
     summary = out["summary"]
     if report_dir is not None:
         import shutil

@@ -24,6 +24,20 @@ def _evaluation_share(result: RunResult) -> float | None:
     return spent / total if total > 0 else None
 
 
+def _warm_start(result: RunResult) -> dict[str, Any] | None:
+    """The warm-start stage's figures (None: the job has none)."""
+    w = result.warm_start
+    if w is None:
+        return None
+    return {
+        "done": w.done,
+        "updates": w.updates,
+        "trained_tokens": w.trained_tokens,
+        "loss_first": w.first_loss,
+        "loss_last": w.loss,
+    }
+
+
 def summarize(result: RunResult) -> dict[str, Any]:
     """Every headline figure of the run (the content of ``summary.json``)."""
     records = result.records
@@ -33,6 +47,7 @@ def summarize(result: RunResult) -> dict[str, Any]:
     hours = result.state.elapsed_seconds / 3600.0
     before = result.before.pass_at_1 if result.before else None
     after = result.after.pass_at_1 if result.after else None
+    warm = result.after_warm_start.pass_at_1 if result.after_warm_start else None
     return {
         "job": result.job_name,
         "steps": result.state.step,
@@ -43,6 +58,9 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "pass_at_1_gain_points": None
         if before is None or after is None
         else round(100 * (after - before), 2),
+        # the three points of a job with a warm start: base → after it → after RL
+        "pass_at_1_after_warm_start": warm,
+        "warm_start": _warm_start(result),
         "held_out_tasks": result.held_out_tasks,
         "train_tasks": result.train_tasks,
         "eval_before": result.before.model_dump() if result.before else None,
@@ -50,6 +68,7 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "evaluations": [
             {
                 "step": r.step,
+                "stage": r.stage,
                 "pass_at_1": r.pass_at_1,
                 "episodes": r.episodes,
                 "infra_errors": r.infra_errors,

@@ -34,21 +34,25 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentrl.api import AgentRLJob
+from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import TerminalClass
 from agentrl.api.trainer import EvaluationSpec
 from agentrl.engine_client.client import EngineClient, connection_pool_size
 from agentrl.local.engines import EngineChaos, LocalEngine, LocalEngines
 from agentrl.rollout.admission import StalenessAdmission
-from agentrl.rollout.agent import TokenAgent, WordTurnTokenizer
+from agentrl.rollout.agent import TokenAgent, TurnTokenizer, WordTurnTokenizer
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
+from agentrl.rollout.conversations import job_turn_tokenizer
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.evaluation import Evaluation
+from agentrl.rollout.tasks import offered_edits
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox.errors import SandboxCreateError
 from agentrl.sandbox.provider import Sandbox, SandboxProvider, SandboxRequest
 from agentrl.tiny import policy as tiny
+from agentrl.tiny.served import is_hf_model_dir
 from agentrl.tiny.tokenizer import get_tokenizer
 from agentrl.trainer.assembly import (
     SessionOptions,
@@ -58,11 +62,12 @@ from agentrl.trainer.assembly import (
     open_session,
     restore_state,
     sandbox_provider,
+    warm_up,
 )
-from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState, WarmStartProgress
 from agentrl.trainer.evaluation import EVALUATIONS_LOG, EvaluationRecord, PeriodicEvaluation
+from agentrl.trainer.factories import torch_backend_for
 from agentrl.trainer.loop import StepRecord, TaskStream
-from agentrl.trainer.torch_backend import TorchBackend
 from agentrl.trainer.weight_sync import DiskWeightSync
 
 log = logging.getLogger(__name__)
@@ -94,7 +99,13 @@ class RunResult(BaseModel):
     state: DriverState
     records: list[StepRecord]
     before: Evaluation | None
+    """pass@1 of the model as given (base)."""
     after: Evaluation | None
+    """pass@1 after the last RL step."""
+    after_warm_start: Evaluation | None = None
+    """pass@1 after the warm start, before RL (``spec.trainer.warmStart``; None without)."""
+    warm_start: WarmStartProgress | None = None
+    """The warm-start stage's progress at the end (None: the job has none)."""
     infra_error_attempts: int
     """Episode attempts that ended in an infra error (retried or dropped)."""
     engine_restarts: int
@@ -174,6 +185,17 @@ class _EpisodeSeconds:
             self.then(trajectory)
 
 
+def _turn_tokenizer(spec: AgentRLJobSpec, weights: Path) -> TurnTokenizer:
+    """What the engines' ``/model_info`` would point the rollout at (as on a cluster,
+    :func:`agentrl.rollout.runtime.turn_tokenizer_for`): the HF tokenizer and chat template
+    beside the exported weights, or the tiny policy's word tokenizer."""
+    if is_hf_model_dir(weights):
+        return job_turn_tokenizer(
+            spec.model, model_dir=str(weights), edits=offered_edits(spec.dataset)
+        )
+    return WordTurnTokenizer()
+
+
 def _evaluation_spec(spec: EvaluationSpec, options: RunOptions) -> EvaluationSpec:
     """The spec's evaluation, ``--eval-samples`` overriding its attempts per task."""
     if options.eval_samples is None:
@@ -204,6 +226,7 @@ async def run_local(
     on_step: Callable[[StepRecord], None] | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_warm_start: Callable[[WarmStartProgress], None] | None = None,
 ) -> RunResult:
     """Run ``job`` on this machine; see the module docstring."""
     started = time.monotonic()
@@ -216,11 +239,13 @@ async def run_local(
     tasks = TaskSplit.of(spec)
 
     phase("building the policy")
-    if spec.model.source.path == tiny.BUILTIN_PATH:
-        model = tiny.initial_policy(options.seed, edit_names=edit_vocabulary(tasks.all))
-    else:
-        model = tiny.load_policy(spec.model.source.path)
-    backend = TorchBackend(model, spec.trainer, temperature=spec.rollout.temperature)
+    builtin = spec.model.source.path == tiny.BUILTIN_PATH
+    backend = torch_backend_for(
+        spec,
+        None if builtin else Path(spec.model.source.path),
+        seed=options.seed,
+        edit_names=edit_vocabulary(tasks.all) if builtin else None,
+    )
     checkpoints = CheckpointStore(run_dir / "checkpoints")
     state = restore_state(checkpoints, backend, resume=options.resume)
     steps_log = run_dir / "logs" / "steps.jsonl"
@@ -271,9 +296,10 @@ async def run_local(
     )
     pool = EnginePool(clients, wait_ready_seconds=30.0)
     caps = EpisodeCaps.from_spec(spec)
+    turns = _turn_tokenizer(spec, start_weights)
     runner = CountingRunner(
         provider=provider,
-        agent=TokenAgent(pool, WordTurnTokenizer(), caps),
+        agent=TokenAgent(pool, turns, caps),
         caps=caps,
         failure_policy=spec.rollout.failure_policy,
         on_release=pool.release,
@@ -311,6 +337,8 @@ async def run_local(
 
     before: Evaluation | None = None
     after: Evaluation | None = None
+    after_warm_start: Evaluation | None = None
+    warm: WarmStartProgress | None = None
     evaluation: PeriodicEvaluation | None = None
 
     records: list[StepRecord] = []
@@ -328,8 +356,20 @@ async def run_local(
             if evaluation is not None and not options.resume:
                 # Before training, and waited for: the untrained weights alone, with the whole
                 # concurrency (the driver's evaluations at the interval run beside training).
-                phase("measuring held-out pass@1 (before)")
+                phase("measuring held-out pass@1 (base)")
                 before = await evaluation.run_now(state.step)
+            if spec.trainer.warm_start is not None:
+                fresh = state.warm_start is None or not state.warm_start.done
+                phase("warm start")
+                warm = await warm_up(
+                    parts, turns, log_dir=run_dir / "logs", on_progress=on_warm_start
+                )
+                # an engine restarted after a crash comes back to the warm start's weights
+                backend.export_weights(start_weights)
+                if evaluation is not None and fresh:
+                    evaluation.warm_start_done()
+                    phase("measuring held-out pass@1 (after the warm start)")
+                    after_warm_start = await evaluation.run_now(state.step)
             phase("training")
             try:
                 state = await driver.run()
@@ -358,6 +398,8 @@ async def run_local(
         records=records,
         before=before,
         after=after,
+        after_warm_start=after_warm_start,
+        warm_start=warm,
         infra_error_attempts=runner.infra_attempts,
         engine_restarts=engines.restarts,
         long_tail_shares=long_tail,

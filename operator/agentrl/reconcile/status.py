@@ -455,6 +455,7 @@ def _sub_status(
         ),
         restarts=decision.restarts,
         active=sum(p.phase == "Running" for p in trainer_pods),
+        **_stage_fields(progress, previous.trainer),
     )
     rollout = (
         RolloutStatus(
@@ -471,6 +472,30 @@ def _sub_status(
     return engines, sandbox, trainer, rollout
 
 
+def _stage_fields(progress: TrainerProgress | None, previous: TrainerStatus) -> dict[str, Any]:
+    """The trainer's stage and the warm start's figures: the progress's, else those already in
+    status (a restarted trainer has not reported yet)."""
+    if progress is None or progress.stage is None:
+        return {
+            "stage": previous.stage,
+            "warm_start_progress": previous.warm_start_progress,
+            "warm_start_loss": previous.warm_start_loss,
+        }
+    return {
+        "stage": progress.stage.value,
+        "warm_start_progress": (
+            progress.warm_start_progress
+            if progress.warm_start_progress is not None
+            else previous.warm_start_progress
+        ),
+        "warm_start_loss": (
+            progress.warm_start_loss
+            if progress.warm_start_loss is not None
+            else previous.warm_start_loss
+        ),
+    }
+
+
 def _evaluation_fields(progress: TrainerProgress, previous: RolloutStatus) -> dict[str, Any]:
     """The last evaluation's figures: the progress's when it reports one, else the ones already
     in status (a restarted trainer reports steps before its first evaluation ends)."""
@@ -481,7 +506,16 @@ def _evaluation_fields(progress: TrainerProgress, previous: RolloutStatus) -> di
         "eval_step": source.eval_step,
         "eval_episodes": source.eval_episodes,
         "eval_infra_errors": source.eval_infra_errors,
+        # the warm start's two points stay once measured (a restarted trainer does not repeat)
+        "pass_at_1_base": _first_known(progress.pass_at_1_base, previous.pass_at_1_base),
+        "pass_at_1_warm_start": _first_known(
+            progress.pass_at_1_warm_start, previous.pass_at_1_warm_start
+        ),
     }
+
+
+def _first_known(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _evaluation_event(previous: RolloutStatus, new: RolloutStatus) -> Event | None:

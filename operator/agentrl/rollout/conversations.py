@@ -475,13 +475,18 @@ def read_warm_start(
 
 
 def job_turn_tokenizer(
-    model: ModelSpec, *, model_dir: str | None = None, config_map_dir: str | None = None
+    model: ModelSpec,
+    *,
+    model_dir: str | None = None,
+    config_map_dir: str | None = None,
+    edits: Sequence[str] = (),
 ) -> HFTurnTokenizer:
     """The turn tokenizer the rollout of a job with ``model`` (``spec.model``) renders
     episodes with: the model's tokenizer, ``chatTemplate``, and, when ``toolCallParser`` is
-    set, that parser and the SWE tools (as :func:`agentrl.rollout.runtime.turn_tokenizer_for`
-    builds it). ``model_dir``: where the model directory is on this machine, default
-    ``spec.model.source.path``."""
+    set, that parser and the SWE tools (``edits``: the dataset's candidate edits,
+    :func:`agentrl.rollout.tasks.offered_edits`, add ``apply_edit``). ``model_dir``: where the
+    model directory is on this machine, default ``spec.model.source.path``. Every caller
+    (the rollout, the warm start, ``agentrl tasks validate``) renders through this."""
     from agentrl.rollout.swe_tools import tool_schemas
 
     parser = model.tool_call_parser
@@ -489,6 +494,6 @@ def job_turn_tokenizer(
         model_dir or model.source.path,
         chat_template=model.chat_template,
         config_map_dir=config_map_dir,
-        tools=tool_schemas() if parser else None,
+        tools=tool_schemas(edits) if parser else None,
         tool_call_parser=parser,
     )

@@ -112,18 +112,19 @@ async def turn_tokenizer_for(
     info = await client.get_model_info()
     if info.tokenizer_path in (None, TOKENIZER_NAME):
         return WordTurnTokenizer()
+    from agentrl.rollout.conversations import job_turn_tokenizer
     from agentrl.rollout.hf_tokenizer import load_hf_turn_tokenizer
-    from agentrl.rollout.swe_tools import tool_schemas
+    from agentrl.rollout.tasks import offered_edits
 
-    parser = spec.model.tool_call_parser if spec is not None else None
     # Reads the tokenizer files and checks the template: off the event loop.
+    if spec is None:
+        return await asyncio.to_thread(load_hf_turn_tokenizer, info.tokenizer_path)
     return await asyncio.to_thread(
-        load_hf_turn_tokenizer,
-        info.tokenizer_path,
-        chat_template=spec.model.chat_template if spec is not None else None,
+        job_turn_tokenizer,
+        spec.model,
+        model_dir=info.tokenizer_path,
         config_map_dir=config_map_dir,
-        tools=tool_schemas() if parser else None,
-        tool_call_parser=parser,
+        edits=offered_edits(spec.dataset),
     )
 
 
@@ -167,9 +168,7 @@ async def open_episode_runner(
         agent = TokenAgent(
             pool,
             tokenizer
-            or await turn_tokenizer_for(
-                clients[0], spec, config_map_dir=CHAT_TEMPLATE_MOUNT_PATH
-            ),
+            or await turn_tokenizer_for(clients[0], spec, config_map_dir=CHAT_TEMPLATE_MOUNT_PATH),
             caps,
         )
         runner = EpisodeRunner(

@@ -13,7 +13,10 @@ The cluster trainer (``agentrl trainer``, :mod:`agentrl.trainer.pod`) and ``agen
    restored from the newest checkpoint (:func:`restore_state`), the task stream resumed at its
    position, and admission resumed at the checkpoint's step
    (:meth:`~agentrl.rollout.admission.StalenessAdmission.resume_at`).
-3. **Session** (:func:`open_session`): the running rollout tier, the held-out evaluation
+3. **Warm start** (:func:`warm_up`, when ``spec.trainer.warmStart`` is set): the SFT stage of
+   :mod:`agentrl.trainer.warm_start` resumed where its checkpoint left it, then its weights
+   pushed to the engines, so the first rollout is of the warmed-up model.
+4. **Session** (:func:`open_session`): the running rollout tier, the held-out evaluation
    sharing its episode runner and concurrency, and the :class:`~agentrl.trainer.loop.
    TrainingDriver`; the caller runs the driver (and, for ``agentrl run``, the waited-for
    evaluations before and after).
@@ -27,6 +30,7 @@ Callers: :mod:`agentrl.trainer.pod` (the cluster trainer's driver), :mod:`agentr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -49,7 +53,7 @@ from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox import open_provider
 from agentrl.sandbox.metrics import InstrumentedProvider
 from agentrl.sandbox.provider import SandboxProvider
-from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.checkpoint import CheckpointStore, DriverState, WarmStartProgress
 from agentrl.trainer.evaluation import EvaluationRecord, PeriodicEvaluation
 from agentrl.trainer.loop import StepRecord, TaskOrder, TaskStream, TrainingDriver
 from agentrl.trainer.stopping import StopRequest
@@ -206,6 +210,62 @@ async def fixed_rollout(
         yield scheduler
     finally:
         await scheduler.cancel()
+
+
+# -- warm start ------------------------------------------------------------------------------
+
+
+async def warm_up(
+    parts: RunParts,
+    turns: Any,
+    *,
+    log_dir: Path,
+    on_progress: Callable[[WarmStartProgress], None] | None = None,
+    stop: StopRequest | None = None,
+) -> WarmStartProgress | None:
+    """The warm-start stage of ``spec.trainer.warmStart`` (None when the job has none), then
+    its weights pushed to the engines as version ``state.step`` (0), so the engines serve them
+    before the first rollout. ``turns``: the rollout's turn tokenizer (template, tools and
+    tool-call parser the conversations are rendered with). Trains in a worker thread;
+    ``on_progress`` is called on this event loop. Returns the stage's progress (not ``done``
+    when ``stop`` was requested: it checkpointed where it was). A stage finished before a
+    restart is not trained again; its weights are pushed again while RL has not stepped."""
+    from agentrl.rollout.conversations import read_warm_start
+    from agentrl.trainer.warm_start import WARM_START_LOG, WarmStart, checked_conversations
+
+    spec = parts.spec.trainer.warm_start
+    if spec is None:
+        return None
+    state = parts.state
+    if state.warm_start is None or not state.warm_start.done:
+        report = await asyncio.to_thread(
+            read_warm_start, spec.dataset, turns, tokens_per_batch=spec.tokens_per_batch
+        )
+        checked_conversations(report, spec.dataset)
+        loop = asyncio.get_running_loop()
+        stage = WarmStart(
+            spec,
+            parts.spec.trainer,
+            report,
+            backend=parts.backend,
+            checkpoints=parts.checkpoints,
+            state=state,
+            log_path=log_dir / WARM_START_LOG,
+            on_progress=(
+                None if on_progress is None else lambda p: loop.call_soon_threadsafe(on_progress, p)
+            ),
+        )
+        if on_progress is not None:
+            on_progress(stage.progress.model_copy())
+        progress = await asyncio.to_thread(
+            stage.run, should_stop=lambda: stop is not None and stop.requested
+        )
+        if not progress.done:
+            return progress
+    assert state.warm_start is not None
+    if state.step == 0:
+        await parts.weight_sync.push(state.step)
+    return state.warm_start
 
 
 # -- session ---------------------------------------------------------------------------------

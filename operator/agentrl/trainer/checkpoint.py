@@ -9,6 +9,9 @@ then the order continues where it stopped. Layout::
     DIR/step-00000010/optimizer.pt      optimizer state
     DIR/step-00000010/driver.json       DriverState
 
+The warm-start stage (:mod:`agentrl.trainer.warm_start`) checkpoints as step 0, rewriting it
+as it goes; its progress is :attr:`DriverState.warm_start`.
+
 A directory is renamed into place only once complete, so a crash mid-write leaves the previous
 checkpoint as the newest. Callers: :mod:`agentrl.trainer.loop`, ``agentrl run --resume``.
 """
@@ -39,6 +42,31 @@ class Counters(BaseModel):
     """Terminal class → trajectories."""
 
 
+class WarmStartProgress(BaseModel):
+    """Where the warm-start stage is (:mod:`agentrl.trainer.warm_start`)."""
+
+    epoch: int = 0
+    """The epoch in progress (from 0; ``epochs`` once every one is done)."""
+    batch: int = 0
+    """Batches of that epoch trained."""
+    updates: int = 0
+    """Updates done over all epochs."""
+    total_updates: int = 0
+    """Updates of the whole stage (every epoch's batches)."""
+    loss: float | None = None
+    """Loss of the last update (mean negative logprob of its assistant tokens)."""
+    first_loss: float | None = None
+    """Loss of the first update."""
+    trained_tokens: int = 0
+    done: bool = False
+    """Finished: RL has started (or starts) from its weights."""
+
+    @property
+    def fraction(self) -> float:
+        """Share of the stage's updates done."""
+        return 1.0 if self.done else self.updates / max(self.total_updates, 1)
+
+
 class DriverState(BaseModel):
     """The driver's part of a checkpoint."""
 
@@ -52,6 +80,8 @@ class DriverState(BaseModel):
     counters: Counters = Field(default_factory=Counters)
     elapsed_seconds: float = 0.0
     """Wall time of the run before this checkpoint (summed over restarts)."""
+    warm_start: WarmStartProgress | None = None
+    """The warm-start stage's progress; None: the job has none (or it has not begun)."""
 
 
 class Checkpointable(Protocol):
@@ -81,9 +111,15 @@ class CheckpointStore:
         tmp.mkdir(parents=True)
         backend.save_state(tmp)
         (tmp / DRIVER_FILE).write_text(state.model_dump_json(indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        if final.exists():  # the warm start rewrites step 0: the old one goes once replaced
+            old = self.root / f".old-{final.name}"
+            if old.exists():
+                shutil.rmtree(old)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(final)
         for old in self.steps()[: -self.keep]:
             shutil.rmtree(self._dir(old))
         return final

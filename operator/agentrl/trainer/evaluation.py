@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from agentrl.api.trainer import EvaluationSpec
 from agentrl.rollout.evaluation import Evaluation, run_evaluation, stratified_sample
@@ -37,12 +38,19 @@ EVALUATIONS_LOG = "evaluations.jsonl"
 """File name of the evaluation log, beside ``steps.jsonl``."""
 
 
+#: What an evaluation measured: the model as given (``base``), the warm start's weights before
+#: any RL step (``warm_start``), or the weights after an RL step (``rl``).
+EvaluationStage = Literal["base", "warm_start", "rl"]
+
+
 class EvaluationRecord(Evaluation):
     """One line of ``evaluations.jsonl``."""
 
     step: int
     """The step after which it started (0: the start of training); the weights it measured
     are the ones the engines served from then on."""
+    stage: EvaluationStage = "rl"
+    """``base``, ``warm_start`` (both at step 0) or ``rl``."""
     seconds: float
     """Wall seconds from its start to its end."""
 
@@ -81,6 +89,20 @@ class PeriodicEvaluation:
         self._scheduler: RolloutScheduler | None = None
         """The running evaluation's scheduler."""
         self._last_due: int | None = None
+        self.warm_started = False
+        """The engines serve the warm start's weights: step 0 measures them (``warm_start``),
+        not the model as given (``base``)."""
+
+    def warm_start_done(self) -> None:
+        """The warm start's weights replaced the base model's on the engines: the evaluation
+        of step 0 is due again, and measures them."""
+        self.warm_started = True
+        self._last_due = None
+
+    def stage_of(self, step: int) -> EvaluationStage:
+        if step > 0:
+            return "rl"
+        return "warm_start" if self.warm_started else "base"
 
     @property
     def enabled(self) -> bool:
@@ -166,13 +188,17 @@ class PeriodicEvaluation:
             log.exception("evaluation after step %d failed", step)
             return
         record = EvaluationRecord(
-            step=step, seconds=time.monotonic() - started, **result.model_dump()
+            step=step,
+            stage=self.stage_of(step),
+            seconds=time.monotonic() - started,
+            **result.model_dump(),
         )
         self.results.append(record)
         log.info(
-            "evaluation after step %d: pass@1 %s over %d tasks (%d attempts, %d passed, "
+            "evaluation after step %d (%s): pass@1 %s over %d tasks (%d attempts, %d passed, "
             "%d infra errors left out) in %.1f s",
             step,
+            record.stage,
             "n/a" if record.pass_at_1 is None else f"{record.pass_at_1:.3f}",
             record.tasks,
             record.episodes,

@@ -15,9 +15,36 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.trainer import TrainerBackend, WeightSyncMode
 from agentrl.api.wire import model_path
 from agentrl.trainer.config import WEIGHT_GROUP_PORT_OFFSET, TrainerConfig
+
+
+def torch_backend_for(
+    spec: AgentRLJobSpec,
+    model_dir: Path | None,
+    *,
+    seed: int,
+    edit_names: tuple[str, ...] | None = None,
+) -> Any:
+    """The torch backend of ``spec`` over the model in ``model_dir``: an HF causal LM
+    (:func:`agentrl.trainer.hf_model.load_causal_lm`, checked against its ``config.json``) when
+    the directory has one, else the tiny policy's weight files; ``None``: the built-in tiny
+    policy, seeded with ``seed`` (``edit_names``: the edits its prior spreads over)."""
+    from agentrl.tiny import policy as tiny
+    from agentrl.trainer.torch_backend import TorchBackend
+
+    options: dict[str, Any] = {"temperature": spec.rollout.temperature}
+    if model_dir is None:
+        model = tiny.initial_policy(seed, edit_names=edit_names or tiny.DEFAULT_PRIOR_EDITS)
+        return TorchBackend(model, spec.trainer, **options)
+    from agentrl.trainer import hf_model
+
+    if hf_model.is_hf_model_dir(model_dir):  # a config.json with a model_type
+        model = hf_model.load_causal_lm(model_dir)
+        return TorchBackend(model, spec.trainer, source=model_dir, **options)
+    return TorchBackend(tiny.load_policy(model_dir), spec.trainer, **options)
 
 
 def build_backend(config: TrainerConfig) -> Any:
@@ -25,24 +52,11 @@ def build_backend(config: TrainerConfig) -> Any:
     spec = config.job.spec
     if spec.trainer.backend == TrainerBackend.TORCH:
         from agentrl.tiny import policy as tiny
-        from agentrl.trainer.torch_backend import TorchBackend
 
-        source = spec.model.source.path
-        if source == tiny.BUILTIN_PATH:
-            model = tiny.initial_policy(spec.dataset.seed)
-        else:
-            from agentrl.trainer import hf_model
-
-            directory = Path(model_path(config.job))
-            if hf_model.is_hf_model_dir(directory):  # checked against its config.json
-                return TorchBackend(
-                    hf_model.load_causal_lm(directory),
-                    spec.trainer,
-                    temperature=spec.rollout.temperature,
-                    source=directory,
-                )
-            model = tiny.load_policy(directory)
-        return TorchBackend(model, spec.trainer, temperature=spec.rollout.temperature)
+        builtin = spec.model.source.path == tiny.BUILTIN_PATH
+        return torch_backend_for(
+            spec, None if builtin else Path(model_path(config.job)), seed=spec.dataset.seed
+        )
     import torch
 
     from agentrl.trainer.hf_config import read_hf_config

@@ -81,6 +81,7 @@ from agentrl.trainer.assembly import (
     peek_state,
     restore_state,
     sandbox_provider,
+    warm_up,
 )
 from agentrl.trainer.config import (
     CHECKPOINT_SUBDIR,
@@ -251,10 +252,57 @@ async def _train(
     )
     async with open_session(parts, cluster_rollout(config, episodes), options) as session:
         driver = session.driver
+        if spec.trainer.warm_start is not None:
+            warm = await _warm_start(config, parts, session.evaluation, tracker, stop=stop)
+            if not warm.done:  # stopped in the middle: it checkpointed where it was
+                tracker.on_stop(parts.state.step)
+                await tracker.flush()
+                return
         await driver.run()
         if driver.stopped:  # the status shows the step a resume continues from
             tracker.on_stop(driver.last_checkpoint_step)
         await tracker.flush()
+
+
+async def _warm_start(
+    config: TrainerConfig,
+    parts: RunParts,
+    evaluation: Any,
+    tracker: Any,
+    *,
+    stop: StopRequest | None,
+) -> Any:
+    """The warm start before RL (:func:`agentrl.trainer.assembly.warm_up`), with the three
+    evaluations' first two: the model as given (waited for, before the stage begins; not again
+    on a restart) and, through the driver's evaluation at step 0, the warm-started weights."""
+    from agentrl.api.wire import CHAT_TEMPLATE_MOUNT_PATH, model_path
+    from agentrl.rollout.conversations import job_turn_tokenizer
+    from agentrl.rollout.tasks import offered_edits
+
+    spec = config.job.spec
+    state = parts.state
+    if evaluation is not None and state.warm_start is None and state.step == 0:
+        await evaluation.run_now(0)  # base: the engines serve the model as given
+    turns = await asyncio.to_thread(
+        job_turn_tokenizer,
+        spec.model,
+        model_dir=model_path(config.job),
+        config_map_dir=CHAT_TEMPLATE_MOUNT_PATH,
+        edits=offered_edits(spec.dataset),
+    )
+    warm = await warm_up(
+        parts,
+        turns,
+        log_dir=config.env.checkpoint_dir / CHECKPOINT_SUBDIR,
+        on_progress=tracker.on_warm_start,
+        stop=stop,
+    )
+    assert warm is not None
+    if warm.done:
+        tracker.on_warm_start(warm)
+        if evaluation is not None and state.step == 0:
+            evaluation.warm_start_done()  # the driver's evaluation at the start measures it
+    return warm
 
 
 def cluster_rollout(config: TrainerConfig, episodes: Any) -> Any:

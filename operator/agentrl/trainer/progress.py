@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrl.api.wire import ANNOTATION_PROGRESS, TrainerProgress
-from agentrl.trainer.checkpoint import DriverState
+from agentrl.api.wire import ANNOTATION_PROGRESS, TrainerProgress, TrainerStage
+from agentrl.trainer.checkpoint import DriverState, WarmStartProgress
 from agentrl.trainer.loop import StepRecord
 
 log = logging.getLogger(__name__)
@@ -125,17 +125,50 @@ class ProgressTracker:
         )
         self._send()
 
+    def _stage_fields(self) -> dict[str, Any]:
+        """The stage fields every report carries: RL's once it steps, the warm start's last
+        figures kept."""
+        warm = self.state.warm_start
+        if warm is None:
+            return {"stage": TrainerStage.TRAINING}
+        return {
+            "stage": TrainerStage.TRAINING if warm.done else TrainerStage.WARMING_UP,
+            "warm_start_progress": warm.fraction,
+            "warm_start_loss": warm.loss,
+        }
+
     def on_evaluation(self, record: Any) -> None:
         """A held-out evaluation finished (an :class:`agentrl.trainer.evaluation.
         EvaluationRecord`): report it now, and with every step from here on."""
-        self._evaluation = {
-            "pass_at_1": record.pass_at_1,
-            "eval_step": record.step,
-            "eval_episodes": record.episodes,
-            "eval_infra_errors": record.infra_errors,
-        }
+        stage = getattr(record, "stage", "rl")
+        self._evaluation.update(
+            {
+                "pass_at_1": record.pass_at_1,
+                "eval_step": record.step,
+                "eval_episodes": record.episodes,
+                "eval_infra_errors": record.infra_errors,
+            }
+        )
+        if stage == "base":
+            self._evaluation["pass_at_1_base"] = record.pass_at_1
+        elif stage == "warm_start":
+            self._evaluation["pass_at_1_warm_start"] = record.pass_at_1
         if self._last is None:  # before the first step of this run
             self._last = TrainerProgress(step=self.state.step, last_checkpoint_step=self.state.step)
+        self._send()
+
+    def on_warm_start(self, progress: WarmStartProgress) -> None:
+        """The warm start made an update (or is starting, or resuming): report the stage."""
+        last = self._last or TrainerProgress(
+            step=self.state.step, last_checkpoint_step=self.state.step
+        )
+        self._last = last.model_copy(
+            update={
+                "stage": TrainerStage.TRAINING if progress.done else TrainerStage.WARMING_UP,
+                "warm_start_progress": progress.fraction,
+                "warm_start_loss": progress.loss,
+            }
+        )
         self._send()
 
     def on_stop(self, checkpoint_step: int) -> None:
@@ -149,7 +182,8 @@ class ProgressTracker:
         import asyncio
 
         assert self._last is not None
-        progress = self._last.model_copy(update=self._evaluation)
+        stage = {} if self._last.stage is not None else self._stage_fields()
+        progress = self._last.model_copy(update={**stage, **self._evaluation})
         self._pending = [t for t in self._pending if not t.done()]
         self._pending.append(asyncio.get_running_loop().create_task(self.reporter.report(progress)))
 
