@@ -5,6 +5,7 @@ Under Ray, pod 0's main process hands the signal to the driver actor, which does
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -176,3 +177,92 @@ def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_a
     done = _steps(checkpoints)
     assert 1 <= done[-1] < 1000
     assert CheckpointStore(checkpoints / "trainer").steps() == [done[-1]]
+
+
+EXAMPLE_HF = Path(__file__).parents[2] / "examples" / "quickstart-hf.yaml"
+
+
+@pytest.mark.timeout(900)
+def test_sigterm_in_the_warm_start_checkpoints_it_and_a_restart_finishes_it_then_trains(
+    tmp_path: Path,
+) -> None:
+    """The trainer pod's warm start, in ``agentrl trainer --no-ray`` against a real CPU engine
+    serving the HF model: SIGTERM in the middle of the stage checkpoints it (step 0) and exits
+    143; the restarted pod resumes at the next update, never repeating one, pushes the
+    warm-started weights and trains RL's first step."""
+    from click.testing import CliRunner
+
+    from agentrl.cli import main
+
+    checkpoints = tmp_path / "ckpt"
+    model = tmp_path / "model"
+    with tiny_engine(model, hf_model=True) as url:
+        doc = yaml.safe_load(EXAMPLE_HF.read_text())
+        spec = doc["spec"]
+        spec["model"]["source"]["path"] = str(model)
+        spec["dataset"].update({"maxTasks": 8})
+        spec["rollout"].update({"groupSize": 2, "maxTurns": 6})
+        traces = tmp_path / "traces.jsonl"
+        spec["trainer"].update(
+            {
+                "trajectoriesPerStep": 4,
+                "maxSteps": 1,
+                "evaluation": {"tasks": 0},
+                "checkpoint": {"intervalSteps": 1000},  # only the stop and the epochs' ends
+            }
+        )
+        spec["trainer"]["warmStart"].update(
+            {"dataset": str(traces), "epochs": 6, "tokensPerBatch": 4096}
+        )
+        manifest = tmp_path / "job.yaml"
+        manifest.write_text(yaml.safe_dump(doc))
+        traced = CliRunner().invoke(main, ["tasks", "traces", str(manifest), "--out", str(traces)])
+        assert traced.exit_code == 0, traced.output
+        job = load_job(yaml.safe_dump(doc))
+        runtime = configmap.runtime_config(job, BuildContext.for_job(job), workload_scale(job))
+        runtime = runtime.model_copy(
+            update={"engines": runtime.engines.model_copy(update={"urls": [url]})}
+        )
+        config = tmp_path / "config"
+        config.mkdir()
+        (config / "spec.yaml").write_text(yaml.safe_dump(doc))
+        (config / CONFIG_RUNTIME_KEY).write_text(
+            yaml.safe_dump(runtime.model_dump(mode="json", by_alias=True))
+        )
+        updates_log = checkpoints / "trainer" / "warm_start.jsonl"
+
+        def updates() -> list[int]:
+            if not updates_log.is_file():
+                return []
+            return [json.loads(x)["update"] for x in updates_log.read_text().splitlines()]
+
+        log = tmp_path / "first.log"
+        first = _trainer(config / "spec.yaml", checkpoints, log)
+        deadline = time.monotonic() + 300
+        while len(updates()) < 3:
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no three warm-start updates within 300 s"
+            time.sleep(0.1)
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+        assert first.returncode == STOPPED_EXIT_CODE, log.read_text()[-3000:]
+        stopped = DriverState.model_validate_json(
+            (checkpoints / "trainer" / "step-00000000" / "driver.json").read_text()
+        )
+        assert stopped.warm_start is not None and not stopped.warm_start.done
+        assert 3 <= stopped.warm_start.updates < 24
+        assert updates() == list(range(1, stopped.warm_start.updates + 1))
+        assert _steps(checkpoints) == []
+
+        log = tmp_path / "second.log"
+        second = _trainer(config / "spec.yaml", checkpoints, log)
+        second.wait(timeout=600)
+        err = log.read_text()
+        assert second.returncode == 0, err[-3000:]
+        assert "resuming the warm start at epoch" in err
+        assert updates() == list(range(1, 25))  # 4 traces × 6 epochs, each once
+        assert _steps(checkpoints) == [1]
+        done = DriverState.model_validate_json(
+            (checkpoints / "trainer" / "step-00000001" / "driver.json").read_text()
+        )
+        assert done.warm_start is not None and done.warm_start.done

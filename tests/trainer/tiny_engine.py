@@ -13,14 +13,21 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def tiny_engine(policy: Path) -> Iterator[str]:
-    """A real tiny engine serving a new tiny policy saved at ``policy``; yields its URL."""
-    from agentrl.tiny import policy as tiny  # torch: imported only by the tests that start one
+def tiny_engine(policy: Path, *, hf_model: bool = False) -> Iterator[str]:
+    """A real CPU engine serving a new tiny policy saved at ``policy`` (``hf_model``: the
+    HF-format Qwen3 model ``agentrl model create`` makes, seed 0); yields its URL."""
+    if hf_model:
+        from agentrl.trainer import hf_model as hf
 
-    tiny.save_policy(tiny.new_policy(0, dim=16), policy)
+        hf.create_model(policy, seed=0)
+    else:
+        from agentrl.tiny import policy as tiny  # torch: only the tests that start one
+
+        tiny.save_policy(tiny.new_policy(0, dim=16), policy)
+    context = "4096" if hf_model else "2048"
     engine = subprocess.Popen(
         [sys.executable, "-m", "agentrl.cli", "engine", "serve-tiny", "--port", "0",
-         "--model-path", str(policy), "--context-length", "2048"],
+         "--model-path", str(policy), "--context-length", context],
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
