@@ -447,9 +447,14 @@ async def test_the_runtime_gives_the_tokenizer_the_specs_template_parser_and_too
     client = _InfoClient(str(tmp_path))
     picked = await turn_tokenizer_for(client, spec)  # type: ignore[arg-type]
     assert isinstance(picked, HFTurnTokenizer) and native_tool_calls(picked)
-    assert picked.tools == tool_schemas()
+    # the default dataset is the toy tasks: their candidate edits come as apply_edit too
+    assert spec.dataset.format == "toy"
+    edits = ["off_by_one", "swap_comparison", "wrong_operator", "negate_condition",
+             "wrong_constant", "missing_return"]  # fmt: skip
+    assert picked.tools == tool_schemas(edits)
     prompt = picked.decode(picked.initial_ids("s", "u"))
     assert "<function>\n<name>str_replace_editor</name>" in prompt
+    assert "<function>\n<name>apply_edit</name>" in prompt
     call = XML_SYNTAX.call("bash", {"command": "ls"})
     parsed = picked.parse_reply(
         list(AutoTokenizer.from_pretrained(tmp_path).encode(call, add_special_tokens=False))

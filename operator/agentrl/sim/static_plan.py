@@ -140,6 +140,11 @@ def build_static_plan(job: AgentRLJob, params: SimParams, overrides: SimOverride
     overrides = overrides or SimOverrides()
     spec = job.spec
     inf = spec.inference
+    if inf.gpus_per_engine == 0:  # before the model: a CPU engine's is often not on this machine
+        raise PlanInputError(
+            "inference.server tiny runs its engines on CPU: the capacity plan models GPU "
+            "engines (SGLang's KV cache and HBM); there is nothing to plan"
+        )
     arch, arch_source = resolve_architecture(job, config_path)
     gpu, gpu_source = resolve_gpu(job, params)
     notes: list[str] = []
@@ -147,11 +152,6 @@ def build_static_plan(job: AgentRLJob, params: SimParams, overrides: SimOverride
         notes.append(f"no amd.com/gpu.product-name in inference.nodeSelector: assumed "
                      f"{gpu.name} ({gpu.memory_gib:g} GiB)")
     tp = inf.gpus_per_engine
-    if tp == 0:
-        raise PlanInputError(
-            "inference.server tiny runs its engines on CPU: the capacity plan models GPU "
-            "engines (SGLang's KV cache and HBM); there is nothing to plan"
-        )
     kv_dtype = "bfloat16" if inf.kv_cache_dtype == "auto" else inf.kv_cache_dtype
     bpt = kvcache.kv_bytes_per_token(arch, kv_dtype, tp)
     weights = kvcache.weight_bytes_per_gpu(arch, spec.model.dtype, tp)
