@@ -104,6 +104,18 @@ def progress_of(
     )
 
 
+def stage_fields(warm: WarmStartProgress | None) -> dict[str, Any]:
+    """The annotation's stage fields for the warm start's progress ``warm`` (None: the job has
+    none, so it only ever trains)."""
+    if warm is None:
+        return {"stage": TrainerStage.TRAINING}
+    return {
+        "stage": TrainerStage.TRAINING if warm.done else TrainerStage.WARMING_UP,
+        "warm_start_progress": warm.fraction,
+        "warm_start_loss": warm.loss,
+    }
+
+
 class ProgressTracker:
     """Reports after every step; the driver calls :meth:`on_step` from its loop."""
 
@@ -128,14 +140,7 @@ class ProgressTracker:
     def _stage_fields(self) -> dict[str, Any]:
         """The stage fields every report carries: RL's once it steps, the warm start's last
         figures kept."""
-        warm = self.state.warm_start
-        if warm is None:
-            return {"stage": TrainerStage.TRAINING}
-        return {
-            "stage": TrainerStage.TRAINING if warm.done else TrainerStage.WARMING_UP,
-            "warm_start_progress": warm.fraction,
-            "warm_start_loss": warm.loss,
-        }
+        return stage_fields(self.state.warm_start)
 
     def on_evaluation(self, record: Any) -> None:
         """A held-out evaluation finished (an :class:`agentrl.trainer.evaluation.
@@ -162,13 +167,7 @@ class ProgressTracker:
         last = self._last or TrainerProgress(
             step=self.state.step, last_checkpoint_step=self.state.step
         )
-        self._last = last.model_copy(
-            update={
-                "stage": TrainerStage.TRAINING if progress.done else TrainerStage.WARMING_UP,
-                "warm_start_progress": progress.fraction,
-                "warm_start_loss": progress.loss,
-            }
-        )
+        self._last = last.model_copy(update=stage_fields(progress))
         self._send()
 
     def on_stop(self, checkpoint_step: int) -> None:
