@@ -22,9 +22,17 @@ not yet run on a GPU in this form.
    and distributed-optimizer updates on the clipped, importance-corrected GRPO loss); a
    ``torch_dist`` checkpoint save, one more step, a load (weights bit-equal to the saved ones,
    step counter restored) and the same step again (``resume_bit_equal``: the resumed step gives
-   the same weights as the first time, so the optimizer state came back too); an SFT step
-   (``sft``: the token-mean NLL of the loss tokens through the same forward, compared with the
-   scored logprobs before it); the HF export.
+   the same weights as the first time, so the optimizer state came back too); the HF export.
+1b. **The warm start** (``warm_start``, :func:`warm_start_check`) — a second backend (KL
+   reference on) takes ``sft_step`` updates on one packed batch of two conversations (two
+   trajectories' tokens, trained on their second halves): the first update's loss against the
+   NLL that :meth:`~agentrl.trainer.megatron_backend.MegatronBackend.score` gives the same
+   tokens (temperature 1), the loss falling over three updates, the learning rate at the warm
+   start's; a checkpoint in the middle, one more update, then a **new** backend loading the
+   checkpoint and taking the same update (``resume_bit_equal``: the same weights, so the Adam
+   moments and step counts came back); ``finish_warm_start`` (learning rate back at
+   ``optimizer.lr``, Adam moments zero, the KL reference equal to the weights) and one GRPO
+   step after it. ``ok`` sums it up.
 2. **The distributed weight push** — :class:`~agentrl.trainer.weight_sync.DistributedWeightSync`
    streams the model (``MegatronBackend.named_tensors``: names, dtypes and shapes announced,
    then tensor by tensor) into a tiny engine in a **separate process** that joins the weight
@@ -267,7 +275,7 @@ BENCH_SHAPES: dict[str, dict[str, Any]] = {
 RESULT_KEYS = frozenset(
     {
         "mode", "device", "model", "parity", "steps", "checkpoint_restored_weights",
-        "checkpoint_restored_iteration", "resume_bit_equal", "sft", "exported_files", "push",
+        "checkpoint_restored_iteration", "resume_bit_equal", "warm_start", "exported_files", "push",
         "torch_step", "throughput", "flops_convention", "seconds", "init",
     }
 )  # fmt: skip
@@ -354,6 +362,85 @@ def _samples(
             TrainSample(trajectory=trajectory, advantage=1.0 if i % 2 else -1.0, carries_loss=True)
         )
     return samples
+
+
+# -- the warm start -----------------------------------------------------------------------------
+
+#: The warm start's learning rate in :func:`warm_start_check` (RL's is the spec's ``1e-5``).
+WARM_LR = 1e-4
+
+
+def _packed(samples: list[Any]) -> Any:
+    """The trajectories' tokens as conversations packed into one warm-start batch."""
+    from agentrl.trainer.sft_batches import SFTBatch
+
+    ids: list[int] = []
+    mask: list[int] = []
+    cu = [0]
+    for s in samples:
+        ids += s.trajectory.token_ids
+        mask += s.trajectory.loss_mask
+        cu.append(len(ids))
+    return SFTBatch(token_ids=ids, loss_mask=mask, cu_seqlens=cu, lines=list(range(1, len(cu))))
+
+
+def warm_start_check(build: Any, samples: list[Any], work: Path) -> dict[str, Any]:
+    """The warm start on backends from ``build()`` (stepping ones, temperature 1, KL reference
+    on), on two of ``samples`` packed; see the module docstring (1b)."""
+    from agentrl.trainer.megatron_sft import inner_optimizers, learning_rates
+
+    backend = build()
+    rl_lr = backend.spec.optimizer.lr
+    conversations = samples[:2]
+    batch = _packed(conversations)
+    nll = -float(torch.cat(backend.score(conversations)).double().mean())
+    losses = [backend.sft_step(batch, lr=WARM_LR).loss for _ in range(3)]
+    lr_during = learning_rates(backend.optimizer)
+    backend.save_state(work / "warm-start-ckpt")
+    backend.sft_step(batch, lr=WARM_LR)
+    after = _params(backend)
+    resumed = build()
+    resumed.load_state(work / "warm-start-ckpt")
+    resumed.sft_step(batch, lr=WARM_LR)
+    again = _params(resumed)
+    del resumed
+    backend.finish_warm_start()
+    moments = [
+        float(t.abs().max())
+        for inner in inner_optimizers(backend.optimizer)
+        for state in inner.state.values()
+        for k, t in state.items()
+        if k in ("exp_avg", "exp_avg_sq") and t.numel()
+    ]
+    reference = dict(backend.reference.named_parameters())
+    trained = _params(backend)
+    stats = backend.train_step(samples)
+    out = {
+        "losses": losses,
+        "tokens": sum(batch.loss_mask),
+        "nll_before": nll,
+        "matches_score": abs(losses[0] - nll) < 1e-2 * max(1.0, abs(nll)),
+        "loss_falls": losses[-1] < losses[0],
+        "lr_during": sorted(set(lr_during)),
+        "lr_during_ok": set(lr_during) == {WARM_LR},
+        "resume_bit_equal": _equal(again, after),
+        "resume_max_abs_diff": max(float((again[n] - after[n]).abs().max()) for n in after),
+        "lr_after": sorted(set(learning_rates(backend.optimizer))),
+        "lr_after_ok": set(learning_rates(backend.optimizer)) == {rl_lr},
+        "moments_zero": bool(moments) and max(moments) == 0.0,
+        "reference_is_trained": all(torch.equal(reference[n], trained[n]) for n in trained),
+        "rl_loss": stats.loss,
+        "rl_finite": math.isfinite(stats.loss) and math.isfinite(stats.grad_norm),
+        "iteration": backend.iteration,
+    }
+    out["ok"] = all(
+        out[k]
+        for k in (
+            "matches_score", "loss_falls", "lr_during_ok", "resume_bit_equal", "lr_after_ok",
+            "moments_zero", "reference_is_trained", "rl_finite",
+        )
+    ) and out["iteration"] == 1  # fmt: skip
+    return out
 
 
 # -- parity with transformers -------------------------------------------------------------------
@@ -699,25 +786,31 @@ def main(argv: list[str] | None = None) -> None:
     result["checkpoint_restored_weights"] = _equal(_params(backend), saved)
     result["checkpoint_restored_iteration"] = backend.iteration == iteration == len(steps)
     result["resume_bit_equal"] = None
-    result["sft"] = None
+    result["warm_start"] = None
     if gpu and after_one_more is not None:
         backend.train_step(samples)  # the same step from the restored state
         result["resume_bit_equal"] = _equal(_params(backend), after_one_more)
         result["resume_iteration"] = backend.iteration == iteration + 1
-        scored = backend.score(samples)
-        nll = -float(torch.cat(scored).mean())
-        sft_losses = [backend.sft_step(samples) for _ in range(2)]
-        result["sft"] = {
-            "losses": sft_losses,
-            "nll_before": nll,
-            "matches_score": abs(sft_losses[0] - nll) < 1e-2 * max(1.0, abs(nll)),
-            "finite": all(math.isfinite(x) for x in sft_losses),
-        }
     backend.export_weights(work / "export")
     result["exported_files"] = sorted(p.name for p in (work / "export").iterdir())
     result["push"] = push_to_receiver(backend, work / "export", work)
     del backend
     if gpu:
+        torch.cuda.empty_cache()
+        with_reference = spec.model_copy(
+            update={"algorithm": spec.algorithm.model_copy(update={"kl_coef": 0.01})}
+        )
+        result["warm_start"] = warm_start_check(
+            lambda: MegatronBackend(
+                read_hf_config(work / "hf"),
+                with_reference,
+                temperature=1.0,
+                model_dir=work / "hf",
+                params_dtype=torch.bfloat16,
+            ),
+            samples,
+            work,
+        )
         torch.cuda.empty_cache()
         deadline = started + args.budget_s
         one_update = spec.model_copy(

@@ -380,11 +380,6 @@ INVALID: list[Case] = [
         "spec.trainer.warmStart",
     ),
     Case(
-        "a warm start on the megatron backend, which has no warm-start stage yet",
-        spec({"trainer": {"backend": "megatron", "warmStart": {"dataset": "w.jsonl"}}}),
-        "spec.trainer.warmStart",
-    ),
-    Case(
         "an SGLang tool-call parser the training rollout has no parser for",
         spec({"model": {"toolCallParser": "llama3", "chatTemplate": {"path": "t.jinja"}}}),
         "spec.model.toolCallParser",

@@ -117,9 +117,11 @@ class AgentRLJobSpec(ManifestModel):
             "SGLang cannot serve: on a cluster set inference.server tiny (with gpusPerEngine "
             "0), or use trainer.backend megatron'",
             field_path=".inference.server",
-            check=lambda s: s.trainer.backend != "torch"
-            or s.sandbox.provider == "local"
-            or s.inference.server == "tiny",
+            check=lambda s: (
+                s.trainer.backend != "torch"
+                or s.sandbox.provider == "local"
+                or s.inference.server == "tiny"
+            ),
             message=lambda s: (
                 "trainer.backend torch trains the built-in tiny policy, which SGLang cannot "
                 "serve: on a cluster set inference.server tiny (with gpusPerEngine 0), or use "
@@ -145,8 +147,9 @@ class AgentRLJobSpec(ManifestModel):
             "images: use provider kubernetes (or e2b with templates built from the images)'"
             ".format([self.dataset.format])",
             field_path=".sandbox.provider",
-            check=lambda s: s.dataset.format not in ("swebench", "swesmith")
-            or s.sandbox.provider != "local",
+            check=lambda s: (
+                s.dataset.format not in ("swebench", "swesmith") or s.sandbox.provider != "local"
+            ),
             message=lambda s: (
                 f"dataset.format {s.dataset.format.value} runs every instance in its own image "
                 "(the repository in /testbed, its conda environment) and sandbox.provider local "
@@ -167,19 +170,6 @@ class AgentRLJobSpec(ManifestModel):
                 f"model.source.path {TINY_POLICY_PATH} is the built-in tiny policy, which has "
                 "none: set model.source.path to a Hugging Face model directory, or remove "
                 "trainer.warmStart"
-            ),
-        ),
-        Rule(
-            cel="!has(self.trainer.warmStart) || self.trainer.backend == 'torch'",
-            message_expression="'trainer.warmStart runs on trainer.backend torch; the megatron "
-            "backend has no warm-start stage yet: set trainer.backend: torch, or remove "
-            "trainer.warmStart and start RL from a model fine-tuned beforehand'",
-            field_path=".trainer.warmStart",
-            check=lambda s: s.trainer.warm_start is None or s.trainer.backend == "torch",
-            message=lambda s: (
-                "trainer.warmStart runs on trainer.backend torch; the megatron backend has no "
-                "warm-start stage yet: set trainer.backend: torch, or remove trainer.warmStart "
-                "and start RL from a model fine-tuned beforehand"
             ),
         ),
         immutable("model", "spec.model"),

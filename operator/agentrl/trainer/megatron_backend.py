@@ -1,6 +1,7 @@
 """``trainer.backend: megatron``: GRPO steps of a megatron-core GPTModel, behind the same surface
 as :class:`agentrl.trainer.torch_backend.TorchBackend` (``train_step``, ``save_state``,
-``load_state``, ``export_weights``) so :mod:`agentrl.trainer.loop` drives either.
+``load_state``, ``export_weights``; ``sft_step`` and ``finish_warm_start`` for the warm-start
+stage) so :mod:`agentrl.trainer.loop` and :mod:`agentrl.trainer.warm_start` drive either.
 
 What it is made of:
 
@@ -34,11 +35,21 @@ What it is made of:
   trajectories, in order), each mini-batch dealt round-robin over the data-parallel ranks
   (:func:`shard_minibatches`). The old logprobs are recomputed once, before the first update,
   so later updates are off-policy and the clip fraction means something.
+* **Warm start** — :meth:`MegatronBackend.sft_step`: one update on a packed warm-start batch, each
+  conversation a sequence of its own through the same packed forward
+  (:mod:`agentrl.trainer.megatron_sft`), the mean negative logprob at temperature 1 of the
+  loss-mask tokens, at ``warmStart.lr`` on the one optimizer; :meth:`MegatronBackend.
+  finish_warm_start` zeroes the Adam moments (RL starts with fresh ones at ``optimizer.lr``, as
+  on the torch backend) and makes the weights the KL reference. Warm-start updates do not count
+  as steps (``iteration``).
 * **Checkpoints** — ``torch_dist`` through ``megatron.core.dist_checkpointing`` (model, optimizer
-  and the step counter in one directory), saved and loaded with the same metadata
-  (:func:`checkpoint_metadata`: the distributed optimizer's ``dp_reshardable`` sharding, which
-  reloads at another data-parallel size but not at another TP/PP layout), recorded in the
-  checkpoint as its content metadata.
+  and the step counter in one directory; after a warm start, the KL reference too), saved and
+  loaded with the same metadata (:func:`checkpoint_metadata`: the distributed optimizer's
+  ``dp_reshardable`` sharding, which reloads at another data-parallel size but not at another
+  TP/PP layout), recorded in the checkpoint as its content metadata. On torch's Adam (no Apex
+  or Transformer Engine) megatron-core 0.16 cannot load into an optimizer that has not stepped
+  (:func:`init_adam_state` gives it a first step's state) and restores the step counts as one
+  shared tensor that every parameter's update then advances (:func:`restore_adam_steps`).
 * **Weights out** — :mod:`agentrl.trainer.megatron_export`: every parameter has one owner
   rank; the owners write HF safetensors shards plus their index (:meth:`export_weights`), or
   stream their tensors to rank 0 for a distributed push (:meth:`named_tensors`), whatever the
@@ -53,9 +64,11 @@ parallel layout (MoE layers then use megatron's all-gather token dispatcher: the
 one makes a CUDA stream when it is built). The forward itself runs on the CPU only where
 ``torch.cuda.current_device()`` is answered with the CPU (megatron-core 0.16's rotary embedding
 asks it; the parity tests and the device script's ``--cpu`` mode do so, through
-:meth:`MegatronBackend.score`). It cannot step: megatron's schedules and DDP grad buffers
-allocate on CUDA unconditionally, so :meth:`MegatronBackend.train_step` needs a GPU
-(``bench/device/megatron_one_step.py`` runs one). Likewise its ``torch_dist`` writer stages
+:meth:`MegatronBackend.score`). It does not step: megatron's optimizer makes its buffers on
+``"cuda"`` by name and checks parameters by their CUDA type names, so
+:meth:`MegatronBackend.train_step` and :meth:`~MegatronBackend.sft_step` need a GPU
+(``bench/device/megatron_one_step.py`` runs them; the warm-start tests step on the CPU only by
+answering those names with the CPU). Likewise its ``torch_dist`` writer stages
 tensors with ``torch.cuda.synchronize()``; off-GPU, :class:`HostTorchDistSave` writes the same
 format with torch's synchronous DCP writer (same key translation and planner as megatron's).
 
@@ -79,7 +92,7 @@ import torch
 from pydantic import BaseModel
 
 from agentrl.api.trainer import Algorithm, CorrectionMode, LossAggregation, TrainerSpec
-from agentrl.trainer import megatron_export, megatron_init, megatron_weights
+from agentrl.trainer import megatron_export, megatron_init, megatron_sft, megatron_weights
 from agentrl.trainer.batching import (
     TokenSequence,
     TrainSample,
@@ -101,12 +114,18 @@ from agentrl.trainer.loss import (
     mismatch_statistics,
     mismatch_weights,
 )
+from agentrl.trainer.sft_batches import SFTBatch
 from agentrl.trainer.stats import LossStats, StepStats
+from agentrl.trainer.torch_backend import SFTStats
 
 #: Key of the step counter in a checkpoint's common (non-sharded) state.
 ITERATION_KEY = "iteration"
 #: Directory of the ``torch_dist`` checkpoint inside a :class:`CheckpointStore` step directory.
 MODEL_DIR = "model"
+#: Key of the KL reference's tensors in a checkpoint (saved once a warm start has made it), and
+#: the content-metadata flag saying a checkpoint holds them.
+REFERENCE_KEY = "reference"
+REFERENCE_FLAG = "agentrl_warm_start_reference"
 #: HF files besides the weights that engines need next to exported weights.
 HF_SIDE_FILES = (
     "config.json",
@@ -482,12 +501,60 @@ def host_save_strategy() -> Any:
     return HostTorchDistSave("torch_dist", 1)
 
 
+def init_adam_state(optimizer: Any) -> None:
+    """Give every parameter of torch's Adam inside ``optimizer`` the state its first step would
+    make (zero moments, step 0) where it has none yet, before a checkpoint is loaded into it.
+
+    megatron-core 0.16's distributed optimizer builds the state dict it loads into from its own
+    current state and, on torch's Adam (no Apex or Transformer Engine), reads every parameter's
+    ``step`` while doing so: a fresh optimizer (a restarted trainer) has none and fails an
+    assertion. The values are replaced by the checkpoint's."""
+    for inner in megatron_sft.inner_optimizers(optimizer):
+        if not isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
+            continue  # Transformer Engine's FusedAdam keeps its step per group
+        for group in inner.param_groups:
+            for param in group["params"]:
+                state = inner.state[param]
+                if state:
+                    continue
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                if group.get("amsgrad"):
+                    state["max_exp_avg_sq"] = torch.zeros_like(
+                        param, memory_format=torch.preserve_format
+                    )
+
+
+def restore_adam_steps(optimizer: Any) -> None:
+    """Each parameter's Adam step count as a tensor of its own, from its group's count.
+
+    megatron-core 0.16's distributed optimizer, loading into torch's Adam (no Apex or Transformer
+    Engine), sets every parameter's ``step`` to one shared tensor and then copies the current
+    one over it; torch's Adam advances each parameter's ``step`` in place, so the shared tensor
+    would count every parameter's update and the bias correction after a resume would differ
+    from the uninterrupted run's. The group's ``step`` (what megatron saves it from) is right."""
+    for inner in megatron_sft.inner_optimizers(optimizer):
+        for group in inner.param_groups:
+            if "step" not in group:
+                continue
+            for param in group["params"]:
+                state = inner.state.get(param)
+                if state and isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = torch.tensor(float(group["step"]), dtype=state["step"].dtype)
+
+
 class _Command(BaseModel):
     """What rank 0 asks every other rank to do with it."""
 
     op: str
-    """``step``, ``sft``, ``save``, ``load``, ``export``, ``named_tensors`` or ``stop``."""
+    """``step``, ``sft``, ``finish_warm_start``, ``save``, ``load``, ``export``,
+    ``named_tensors`` or ``stop``."""
     samples: list[TrainSample] = []
+    batch: SFTBatch | None = None
+    """``sft``: the warm-start batch."""
+    lr: float | None = None
+    """``sft``: the warm start's learning rate."""
     path: str | None = None
 
 
@@ -539,6 +606,8 @@ class MegatronBackend:
             self.load_hf_weights(model_dir)
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu_available() else None
         self.reference: Any = None
+        self.reference_from_warm_start = False
+        """The KL reference holds the warm start's weights (so checkpoints carry it)."""
         self.ddp: Any = None
         self.optimizer: Any = None
         if self.device is not None:
@@ -686,7 +755,10 @@ class MegatronBackend:
             elif command.op == "export":
                 self._export(Path(command.path or ""))
             elif command.op == "sft":
-                self._sft(command.samples)
+                assert command.batch is not None and command.lr is not None
+                self._sft(command.batch, lr=command.lr)
+            elif command.op == "finish_warm_start":
+                self._finish_warm_start()
             elif command.op == "named_tensors":
                 megatron_export.stream_to_rank0(self)
 
@@ -701,13 +773,24 @@ class MegatronBackend:
         self._announce(_Command(op="step", samples=list(samples)))
         return self._step(samples)
 
-    def sft_step(self, samples: Sequence[TrainSample]) -> float:
-        """One supervised update (rank 0; the others follow): the token-mean negative
-        log-likelihood of the loss-mask tokens of ``samples`` (at the rollout temperature, like
-        every logprob here), through the same packed forward as :meth:`train_step`. Returns
-        the loss; counts as a step (``iteration``)."""
-        self._announce(_Command(op="sft", samples=list(samples)))
-        return self._sft(samples)
+    def sft_step(self, batch: SFTBatch, *, lr: float) -> SFTStats:
+        """One update of the warm-start stage on a packed batch (rank 0; the others follow):
+        the mean negative logprob at temperature 1 of its loss-mask tokens, each predicted from
+        the tokens before it in its own conversation (:func:`~agentrl.trainer.megatron_sft.
+        sft_sequences` through the packed forward of :meth:`train_step`: no attention across
+        the packing), conversations shared out over data-parallel ranks, at learning rate
+        ``lr``. The loss is of the weights before the update; not counted as a step
+        (``iteration``)."""
+        self._announce(_Command(op="sft", batch=batch, lr=lr))
+        return self._sft(batch, lr=lr)
+
+    def finish_warm_start(self) -> None:
+        """RL starts from the warm-started weights (rank 0; the others follow): the Adam
+        moments are zeroed and the learning rate set back to ``optimizer.lr`` (RL's first
+        update is a fresh Adam's, as on the torch backend), and the weights become the KL
+        reference, which checkpoints carry from now on."""
+        self._announce(_Command(op="finish_warm_start"))
+        self._finish_warm_start()
 
     def score(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
         """The current weights' logprobs of each sample's loss-mask tokens (from position 1),
@@ -770,14 +853,21 @@ class MegatronBackend:
 
     # -- implementations -------------------------------------------------------------------
 
-    def _sharded_state(self, *, is_loading: bool, metadata: dict[str, Any]) -> dict[str, Any]:
+    def _sharded_state(
+        self, *, is_loading: bool, metadata: dict[str, Any], reference: bool
+    ) -> dict[str, Any]:
         # The layout megatron's own training uses: the model's sharded state under "model",
         # the distributed optimizer's (which refers to the model's tensors) under "optimizer",
-        # both built with the same metadata at save and at load.
+        # both built with the same metadata at save and at load; the warm start's KL reference
+        # under its own prefix.
         state: dict[str, Any] = {"model": self.model.sharded_state_dict(metadata=metadata)}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.sharded_state_dict(
                 state["model"], is_loading=is_loading, metadata=metadata
+            )
+        if reference:
+            state[REFERENCE_KEY] = self.reference.sharded_state_dict(
+                prefix=f"{REFERENCE_KEY}.", metadata=metadata
             )
         return state
 
@@ -787,16 +877,20 @@ class MegatronBackend:
         target = directory / MODEL_DIR
         target.mkdir(parents=True, exist_ok=True)
         metadata = checkpoint_metadata()
-        state = self._sharded_state(is_loading=False, metadata=metadata)
+        reference = self.reference is not None and self.reference_from_warm_start
+        state = self._sharded_state(is_loading=False, metadata=metadata, reference=reference)
         state[ITERATION_KEY] = self.iteration
         strategy = None if gpu_available() else host_save_strategy()
+        content = content_metadata(metadata)
+        if reference:
+            content[REFERENCE_FLAG] = True
         with _quiet():  # torch's DCP deprecations, reached through megatron's calls
             dist_checkpointing.save(
                 state,
                 str(target),
                 sharded_strategy=strategy,
                 validate_access_integrity=True,
-                content_metadata=content_metadata(metadata),
+                content_metadata=content,
             )
         if torch.distributed.get_rank() == 0:
             (directory / "hf_config.json").write_text(
@@ -808,16 +902,30 @@ class MegatronBackend:
             from megatron.core import dist_checkpointing
         source = str(directory / MODEL_DIR)
         # What the checkpoint was saved with (a checkpoint from before it was recorded: ours).
-        saved = dist_checkpointing.load_content_metadata(source)
-        metadata = {**checkpoint_metadata(), **(saved or {})}
+        saved = dict(dist_checkpointing.load_content_metadata(source) or {})
+        reference = bool(saved.pop(REFERENCE_FLAG, False)) and self.reference is not None
+        metadata = {**checkpoint_metadata(), **saved}
+        if self.optimizer is not None:
+            init_adam_state(self.optimizer)
         with _quiet():
             loaded = dist_checkpointing.load(
-                self._sharded_state(is_loading=True, metadata=metadata), source
+                self._sharded_state(is_loading=True, metadata=metadata, reference=reference),
+                source,
             )
         # strict=False: Transformer Engine's per-module "_extra_state" entries are optional.
         self.model.load_state_dict(loaded["model"], strict=False)
         if self.optimizer is not None and "optimizer" in loaded:
-            self.optimizer.load_state_dict(loaded["optimizer"])
+            # no_grad: fp32 parameters are their own main weights, copied into in place.
+            with torch.no_grad():
+                self.optimizer.load_state_dict(loaded["optimizer"])
+            restore_adam_steps(self.optimizer)
+        if reference:
+            prefix = f"{REFERENCE_KEY}."
+            self.reference.load_state_dict(
+                {k.removeprefix(prefix): v for k, v in loaded[REFERENCE_KEY].items()},
+                strict=False,
+            )
+        self.reference_from_warm_start = reference
         self.iteration = int(loaded[ITERATION_KEY])
 
     def _require_device(self) -> torch.device:
@@ -829,11 +937,17 @@ class MegatronBackend:
         return self.device
 
     def _run(
-        self, model: Any, seqs: Sequence[TokenSequence], *, forward_only: bool, loss_fn: Any
+        self,
+        model: Any,
+        seqs: Sequence[TokenSequence],
+        *,
+        forward_only: bool,
+        loss_fn: Any,
+        temperature: float | None = None,
     ) -> None:
         """``seqs`` through ``model``, packed into micro-batches of at most
         ``microbatch_tokens`` tokens without padding (:func:`pack_microbatches`), each through
-        :meth:`_forward_step`."""
+        :meth:`_forward_step` (logprobs at ``temperature``, by default the rollout's)."""
         with _quiet():
             from megatron.core.pipeline_parallel import get_forward_backward_func
         self._require_device()
@@ -851,6 +965,7 @@ class MegatronBackend:
                 pad_to=width if pipelined else None,
                 microbatches=len(batches),
                 loss_fn=loss_fn,
+                temperature=temperature,
             )
 
         get_forward_backward_func()(
@@ -872,12 +987,14 @@ class MegatronBackend:
         microbatches: int,
         loss_fn: Any,
         device: torch.device | None = None,
+        temperature: float | None = None,
     ) -> tuple[Any, Any]:
         """One micro-batch: ``batch`` packed into one row (:func:`packed_row`, the ``thd``
         format: positions restart per trajectory, attention stays within it) through
         ``module``; the loss function calls ``loss_fn(seq, logp)`` with each trajectory's loss
-        tokens' logprobs and returns the sum, times ``microbatches`` (megatron divides every
-        micro-batch's loss by their number)."""
+        tokens' logprobs (at ``temperature``, by default the rollout's) and returns the sum,
+        times ``microbatches`` (megatron divides every micro-batch's loss by their number)."""
+        scale = self.temperature if temperature is None else temperature
         with _quiet():
             from megatron.core.packed_seq_params import PackedSeqParams
         device = device or self._require_device()
@@ -901,7 +1018,7 @@ class MegatronBackend:
             for seq, offset in zip(batch, row.offsets, strict=True):
                 index = torch.tensor(seq.positions, device=device) + offset
                 lp = token_logprobs(
-                    output[0, index - 1].unsqueeze(0), ids[:, index], temperature=self.temperature
+                    output[0, index - 1].unsqueeze(0), ids[:, index], temperature=scale
                 )[0]
                 total = total + loss_fn(seq, lp)
             return total * microbatches, {}
@@ -922,6 +1039,8 @@ class MegatronBackend:
     def _step(self, samples: Sequence[TrainSample]) -> StepStats:
         self._require_device()
         algorithm = self.spec.algorithm
+        # RL's rate, whatever the optimizer last ran at (a warm start's, a checkpoint's).
+        megatron_sft.set_learning_rate(self.optimizer, self.spec.optimizer.lr)
         last_stage = self.ps.is_pipeline_last_stage()
         dp = self.ps.get_data_parallel_world_size()
         # Token j is predicted from the logits at j − 1: token 0 is never scored.
@@ -1000,43 +1119,61 @@ class MegatronBackend:
             update_seconds=t2 - t1,
         )
 
-    def _sft(self, samples: Sequence[TrainSample]) -> float:
+    def _sft(self, batch: SFTBatch, *, lr: float) -> SFTStats:
         self._require_device()
-        dp = self.ps.get_data_parallel_world_size()
-        all_seqs = token_sequences(samples, first_position=1)
-        if len(all_seqs) < dp:
-            raise ValueError(f"{len(all_seqs)} samples cannot feed {dp} data-parallel ranks")
-        mine = all_seqs[self.ps.get_data_parallel_rank() :: dp]
-        tokens = sum(len(s.positions) for s in all_seqs) or 1
+        dp = int(self.ps.get_data_parallel_world_size())
+        seqs = megatron_sft.sft_sequences(batch)
+        tokens = megatron_sft.trained_tokens(seqs)
+        mine = megatron_sft.data_parallel_share(
+            seqs, dp_rank=self.ps.get_data_parallel_rank(), dp_size=dp
+        )
         losses: list[float] = []
 
-        def nll(_: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
+        def nll(seq: TokenSequence, lp: torch.Tensor) -> torch.Tensor:
+            if not seq.carries_loss:  # a rank's stand-in: joins the reduction, adds nothing
+                return lp.sum() * 0.0
             loss = -lp.sum() / tokens
             losses.append(float(loss.detach()))
             return loss * dp  # DDP averages the gradients over data-parallel ranks
 
+        megatron_sft.set_learning_rate(self.optimizer, lr)
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
-        self._run(self.ddp, mine, forward_only=False, loss_fn=nll)
-        self.optimizer.step()
-        self.iteration += 1
-        total = torch.tensor([sum(losses)], dtype=torch.float64)
+        self._run(self.ddp, mine, forward_only=False, loss_fn=nll, temperature=1.0)
+        _, grad_norm, _ = self.optimizer.step()
+        return SFTStats(
+            loss=self._batch_total(sum(losses)), grad_norm=float(grad_norm or 0.0), tokens=tokens
+        )
+
+    def _batch_total(self, value: float) -> float:
+        """The sum of every data-parallel rank's ``value`` (computed on the last pipeline
+        stage), on every rank."""
+        total = value
         if self.ps.is_pipeline_last_stage():
-            totals: list[Any] = [None] * dp
+            totals: list[Any] = [None] * self.ps.get_data_parallel_world_size()
             torch.distributed.all_gather_object(
-                totals, float(total), group=self.ps.get_data_parallel_group()
+                totals, float(value), group=self.ps.get_data_parallel_group()
             )
-            total = torch.tensor([sum(totals)], dtype=torch.float64)
+            total = float(sum(totals))
         if self.ps.get_pipeline_model_parallel_world_size() > 1:
-            box = [float(total)]
+            box = [total]
             torch.distributed.broadcast_object_list(
                 box,
                 src=self.ps.get_pipeline_model_parallel_last_rank(),
                 group=self.ps.get_pipeline_model_parallel_group(),
             )
-            return float(box[0])
-        return float(total)
+            total = float(box[0])
+        return total
+
+    def _finish_warm_start(self) -> None:
+        if self.optimizer is not None:
+            megatron_sft.reset_adam_moments(self.optimizer)
+            megatron_sft.set_learning_rate(self.optimizer, self.spec.optimizer.lr)
+        if self.reference is not None:
+            # strict=False: Transformer Engine's per-module "_extra_state" entries are optional.
+            self.reference.load_state_dict(self.model.state_dict(), strict=False)
+            self.reference_from_warm_start = True
 
     def _update(
         self,

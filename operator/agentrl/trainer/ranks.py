@@ -6,13 +6,15 @@ actor of its own. The ranks open ``torch.distributed`` among themselves (rank 0'
 free port there are the rendezvous), build the backend of ``spec.trainer.backend``, and then:
 
 * ranks other than 0 follow rank 0 (:meth:`MegatronBackend.follow`) until it says stop;
-* rank 0 serves the driver: steps, checkpoints, weight export, and the weight sync to the
-  engines, which lives here because it needs rank 0's weights (and, for
+* rank 0 serves the driver: steps (the warm start's too), checkpoints, weight export, and the
+  weight sync to the engines, which lives here because it needs rank 0's weights (and, for
   ``weightSync.mode: distributed``, rank 0's GPU in the broadcast group).
 
 The driver sees rank 0 through :class:`RemoteBackend` and :class:`RemoteWeightSync`, which have
 the surfaces :class:`agentrl.trainer.loop.TrainingDriver` expects of a backend and a weight
-sync. Everything crossing the process boundary is a pydantic model dumped to JSON-able data.
+sync (and :class:`agentrl.trainer.warm_start.WarmStart` of a backend: ``sft_step``,
+``finish_warm_start``). Everything crossing the process boundary is a pydantic model (or a
+dataclass) dumped to JSON-able data.
 
 The backend and the weight sync are built by :mod:`agentrl.trainer.factories`, below this
 module and :mod:`agentrl.trainer.pod` alike. ``ray`` is imported only inside the functions that
@@ -22,14 +24,19 @@ need it. Callers: :mod:`agentrl.trainer.pod`, tests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentrl.trainer.batching import TrainSample
+from agentrl.trainer.sft_batches import SFTBatch
 from agentrl.trainer.stats import StepStats
 from agentrl.trainer.weight_sync import SyncReport
+
+if TYPE_CHECKING:  # torch: imported where a warm-start update comes back, not by the driver
+    from agentrl.trainer.torch_backend import SFTStats
 
 T = TypeVar("T")
 
@@ -127,6 +134,13 @@ class TrainerRank:
         stats = self.backend.train_step([TrainSample.model_validate(s) for s in samples])
         return dict(stats.model_dump(mode="json"))
 
+    def sft_step(self, batch: dict[str, Any], lr: float) -> dict[str, Any]:
+        stats = self.backend.sft_step(SFTBatch.model_validate(batch), lr=lr)
+        return dataclasses.asdict(stats)
+
+    def finish_warm_start(self) -> None:
+        self.backend.finish_warm_start()
+
     def save_state(self, directory: str) -> None:
         self.backend.save_state(Path(directory))
 
@@ -207,6 +221,15 @@ class RemoteBackend:
     def train_step(self, samples: Sequence[TrainSample]) -> StepStats:
         payload = [s.model_dump(mode="json") for s in samples]
         return StepStats.model_validate(self._call("train_step", payload))
+
+    def sft_step(self, batch: SFTBatch, *, lr: float) -> SFTStats:
+        """One warm-start update on rank 0."""
+        from agentrl.trainer.torch_backend import SFTStats
+
+        return SFTStats(**self._call("sft_step", batch.model_dump(mode="json"), lr))
+
+    def finish_warm_start(self) -> None:
+        self._call("finish_warm_start")
 
     def save_state(self, directory: Path) -> None:
         self._call("save_state", str(directory))
