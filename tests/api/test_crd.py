@@ -52,7 +52,16 @@ def test_printer_columns_a_user_wants_at_a_glance() -> None:
     obj = yaml.safe_load(crd.crd_yaml())
     columns = obj["spec"]["versions"][0]["additionalPrinterColumns"]
     default = [c["name"] for c in columns if not c.get("priority")]
-    assert default == ["Ready", "Reason", "Step", "Reward", "Sandboxes", "Engines", "Age"]
+    assert default == [
+        "Ready",
+        "Reason",
+        "Degraded",
+        "Step",
+        "Reward",
+        "Sandboxes",
+        "Engines",
+        "Age",
+    ]
 
 
 def test_schema_is_structural_every_node_has_a_type_and_no_refs() -> None:

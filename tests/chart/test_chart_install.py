@@ -89,6 +89,26 @@ def test_install_creates_the_operator_deployment_and_it_becomes_available(
     assert pod["spec"]["serviceAccountName"] == release.fullname
 
 
+def test_install_creates_the_jobs_priority_classes_in_order_and_the_operator_uses_them(
+    cluster: ClusterHandle, release: Release,
+) -> None:
+    admin = cluster.kubectl()
+    classes = {kind: admin.json("get", "priorityclass", f"{release.fullname}-{kind}")
+               for kind in ("trainer", "engines", "rollout", "sandboxes")}
+    # as the API server stored them: the values.yaml defaults, none the global default
+    assert {k: c["value"] for k, c in classes.items()} == {
+        "trainer": 1000000, "engines": 100000, "rollout": 10000, "sandboxes": 1000}
+    assert {k: c["preemptionPolicy"] for k, c in classes.items()} == {
+        "trainer": "PreemptLowerPriority", "engines": "PreemptLowerPriority",
+        "rollout": "PreemptLowerPriority", "sandboxes": "Never"}
+    assert not any(c.get("globalDefault") for c in classes.values())
+    deployment = admin.in_namespace(release.namespace).json("get", "deployment",
+                                                            release.fullname)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--trainer-priority-class={release.fullname}-trainer" in args
+    assert f"--sandbox-priority-class={release.fullname}-sandboxes" in args
+
+
 def test_install_binds_the_service_account_to_its_cluster_role(
     cluster: ClusterHandle, release: Release,
 ) -> None:

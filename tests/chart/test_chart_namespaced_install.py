@@ -188,6 +188,25 @@ def test_operator_run_with_the_charts_permissions_reconciles_the_mi355x_job(
                 "conditions"), timeout=60, what="the job's status conditions")
         except TimeoutError as exc:
             pytest.fail(f"{exc}\noperator log:\n{log_path.read_text()[-4000:]}")
+        # the chart's PriorityClasses reach the job's pods: the engines' template names its
+        # class, and the API server gave the trainer's pods (made by the Job controller) the
+        # priority of theirs
+        engines = kubectl.json("get", "statefulset", f"{job}-engine")
+        assert engines["spec"]["template"]["spec"]["priorityClassName"] == (
+            f"{release.fullname}-engines")
+
+        def trainer_pods() -> list[dict[str, object]]:
+            items: list[dict[str, object]] = kubectl.json(
+                "get", "pods", "-l", f"agentrl.dev/job={job},app.kubernetes.io/component=trainer"
+            )["items"]
+            return items
+
+        wait_for(lambda: bool(trainer_pods()), timeout=60, what="the trainer's pods")
+        for pod in trainer_pods():
+            spec = pod["spec"]
+            assert isinstance(spec, dict)
+            assert (spec["priorityClassName"], spec["priority"]) == (
+                f"{release.fullname}-trainer", 1000000)
         # kopf keeps this operator alive in the chart's KopfPeering (patch permission)
         peering = kubectl.json("get", "kopfpeering", "agentrl")
         assert len(peering.get("status") or {}) == 1, peering

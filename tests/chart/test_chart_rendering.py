@@ -28,10 +28,13 @@ def test_default_install_renders_exactly_the_operator_objects(
 ) -> None:
     assert kinds(defaults) == [
         "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
+        "PriorityClass", "PriorityClass", "PriorityClass", "PriorityClass",
         "Service", "ServiceAccount",
     ]
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                      "PriorityClass")
     for doc in defaults:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+        if doc["kind"] not in cluster_scoped:
             assert doc["metadata"]["namespace"] == "agentrl-system", doc["kind"]
 
 
@@ -92,6 +95,11 @@ def test_default_operator_is_one_standalone_replica(defaults: list[dict[str, Any
         "--health-port=8081",
         "--log-format=json",
         "--log-level=info",
+        # the chart's PriorityClasses (tests/chart/test_chart_priority_classes.py)
+        "--engine-priority-class=rel-agentrl-engines",
+        "--rollout-priority-class=rel-agentrl-rollout",
+        "--sandbox-priority-class=rel-agentrl-sandboxes",
+        "--trainer-priority-class=rel-agentrl-trainer",
     ]
 
 
@@ -139,6 +147,10 @@ def test_values_reach_the_operator_command_line(helm: Helm) -> None:
         "--log-level=debug",
         "--rollout-image=registry.local/rollout:1",
         "--watchdog-image=registry.local/agentrl:0.1.0",
+        "--engine-priority-class=rel-agentrl-engines",
+        "--rollout-priority-class=rel-agentrl-rollout",
+        "--sandbox-priority-class=rel-agentrl-sandboxes",
+        "--trainer-priority-class=rel-agentrl-trainer",
         "--some-flag",
     ]
     assert container["ports"][0] == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
@@ -306,7 +318,7 @@ def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) 
     assert set(alerts) == {"AgentRLJobFailed", "AgentRLJobDegraded", "AgentRLOperatorDown",
                            "AgentRLEngineFaultRateHigh", "AgentRLInfraErrorRateHigh",
                            "AgentRLToolCallParseFailureRateHigh", "AgentRLNoToolCallRateHigh",
-                           "AgentRLPrefixBreakRateHigh"}
+                           "AgentRLPrefixBreakRateHigh", "AgentRLWeightPushFailing"}
     assert alerts["AgentRLJobFailed"]["expr"] == (
         'agentrl_jobs_by_condition{condition="Failed",status="True"} > 0')
     assert alerts["AgentRLJobDegraded"]["expr"] == (
@@ -324,6 +336,30 @@ def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) 
     # Prometheus templates survive Helm's own templating untouched
     assert alerts["AgentRLEngineFaultRateHigh"]["annotations"]["summary"] == (
         "Engine {{ $labels.namespace }}/{{ $labels.pod }}: {{ $value | humanize }} faults/h")
+
+
+def test_weight_push_alert_fires_on_failed_pushes_in_a_row_per_engine(helm: Helm) -> None:
+    from agentrl.reconcile.status import WEIGHT_PUSH_FAILURES_DEGRADED
+    from agentrl.trainer.weight_sync import CONSECUTIVE_FAILURES
+
+    rule = _alerts(helm.template({"metrics": {"prometheusRule": {"enabled": True}}}))[
+        "AgentRLWeightPushFailing"]
+    # by default at the count from which the operator sets Degraded
+    assert rule["expr"] == (
+        "max by (namespace, agentrl_job, engine) (agentrl_weight_sync_consecutive_failures)"
+        f" >= {WEIGHT_PUSH_FAILURES_DEGRADED}")
+    assert rule["labels"] == {"severity": "warning"}
+    assert rule["annotations"]["summary"] == (
+        "{{ $labels.namespace }}/{{ $labels.agentrl_job }}: {{ $value }} weight pushes in a row"
+        " to {{ $labels.engine }} failed")
+    # the series the trainer exports, with the label the alert groups by
+    assert CONSECUTIVE_FAILURES._name == "agentrl_weight_sync_consecutive_failures"
+    assert CONSECUTIVE_FAILURES._labelnames == ("engine",)
+    tuned = _alerts(helm.template({"metrics": {"prometheusRule": {
+        "enabled": True, "weightPushFailures": 5}}}))["AgentRLWeightPushFailing"]
+    assert tuned["expr"].endswith(">= 5")
+    with pytest.raises(HelmError, match="prometheusRule/weightPushFailures"):
+        helm.template({"metrics": {"prometheusRule": {"weightPushFailures": 0}}})
 
 
 def test_tool_health_alerts_watch_parse_failures_turns_without_calls_and_prefix_breaks(

@@ -96,7 +96,7 @@ def assert_uninstalled(cluster: ClusterHandle, cluster_helm: Helm, release: str,
     for kinds, scope in [
         ("deployments,replicasets,services,serviceaccounts,configmaps,roles,rolebindings",
          ["-n", ns]),
-        ("clusterroles,clusterrolebindings", []),
+        ("clusterroles,clusterrolebindings,priorityclasses", []),
     ]:
         left = admin.run("get", kinds, *scope, "-l", selector, "-o", "name").stdout.split()
         assert left == [], left

@@ -44,8 +44,35 @@ def test_rollout_deployment_runs_the_spec_workers_as_ray_workers():
         "capabilities": {"drop": ["ALL"]},
     }
     assert container["volumeMounts"] == [
-        {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True}
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
     ]
+    # no PriorityClass unless the spec (or the operator's default filled into it) names one
+    assert "priorityClassName" not in pod
+
+
+def test_rollout_pods_size_dev_shm_for_rays_object_store_from_their_memory_request():
+    # spec.rollout.memory 4Gi: Ray's 30% of it is the store, 4 GiB × 0.3 = 1288490188.8 bytes;
+    # /dev/shm 10% above: 1.2 GiB × 1.1 = 1351.68 MiB, rounded up to 1352Mi
+    job = make_job("swe", "rl").with_workers(1).obj()
+    pod = _worker_pod(job)
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES"] == "1288490188"
+    assert pod["volumes"][0] == {
+        "name": "dshm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1352Mi"},
+    }
+    # 10Gi: 3 GiB store = 3221225472 bytes; 3072 MiB × 1.1 = 3379.2 → 3380Mi
+    big = make_job("swe", "rl").with_rollout(memory="10Gi").obj()
+    pod = _worker_pod(big)
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES"] == "3221225472"
+    assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "3380Mi"
+
+
+def test_rollout_pods_run_with_the_priority_class_of_the_spec():
+    job = make_job("swe", "rl").with_rollout(priorityClassName="agentrl-rollout").obj()
+    assert _worker_pod(job)["priorityClassName"] == "agentrl-rollout"
 
 
 def test_rollout_image_can_be_given_explicitly():
@@ -107,11 +134,11 @@ def _engine_model_storage(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[d
 def test_a_model_pvc_is_mounted_read_only_at_models_in_the_rollout_pods():
     # The workers load the model's tokenizer from the path the engines report.
     pod = _worker_pod(make_job("swe").with_model_pvc("weights", "Qwen3-8B").obj())
-    assert pod["volumes"] == [
+    assert pod["volumes"][1:] == [
         {"name": "config", "configMap": {"name": "swe-config"}},
         {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}},
     ]
-    assert pod["containers"][0]["volumeMounts"] == [
+    assert pod["containers"][0]["volumeMounts"][1:] == [
         {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
         {"name": "model", "mountPath": "/models", "readOnly": True},
     ]
@@ -133,14 +160,19 @@ def test_rollout_pods_hold_the_engines_model_path_the_way_the_engine_pods_do(
     assert bool(engine_mounts) is engine_mounts_model
     pod = _worker_pod(job)
     mounts = pod["containers"][0]["volumeMounts"]
-    # Exactly the engine's model volumes and mounts, besides the ConfigMap.
-    assert [m for m in mounts if m["name"] != "config"] == engine_mounts
-    assert [v for v in pod["volumes"] if v["name"] != "config"] == engine_volumes
+    # Exactly the engine's model volumes and mounts, besides the ConfigMap and /dev/shm.
+    assert [m for m in mounts if m["name"] not in ("config", "dshm")] == engine_mounts
+    assert [v for v in pod["volumes"] if v["name"] not in ("config", "dshm")] == engine_volumes
 
 
-def test_every_rollout_volume_is_read_only():
+def test_every_rollout_volume_but_dev_shm_is_read_only():
     pod = _worker_pod(make_job("swe").with_model_pvc("weights").obj())
-    assert [m["readOnly"] for m in pod["containers"][0]["volumeMounts"]] == [True, True]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert [(m["name"], m.get("readOnly", False)) for m in mounts] == [
+        ("dshm", False),  # Ray's object store writes there
+        ("config", True),
+        ("model", True),
+    ]
     claims = [v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claims == [{"claimName": "weights", "readOnly": True}]
 
@@ -152,14 +184,14 @@ def test_a_config_map_chat_template_is_mounted_read_only_with_only_its_key():
         .obj()
     )
     pod = _worker_pod(job)
-    assert pod["volumes"] == [
+    assert pod["volumes"][1:] == [
         {"name": "config", "configMap": {"name": "swe-config"}},
         {
             "name": "chat-template",
             "configMap": {"name": "tpl", "items": [{"key": "qwen.jinja", "path": "qwen.jinja"}]},
         },
     ]
-    assert pod["containers"][0]["volumeMounts"] == [
+    assert pod["containers"][0]["volumeMounts"][1:] == [
         {"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
         {"name": "chat-template", "mountPath": "/etc/agentrl-chat-template", "readOnly": True},
     ]
@@ -171,8 +203,8 @@ def test_a_config_map_chat_template_is_mounted_read_only_with_only_its_key():
 def test_other_chat_template_sources_mount_nothing(template: dict[str, str]):
     # A bundled template ships in the image; a path template is in the model directory.
     pod = _worker_pod(make_job("swe").with_spec("model.chatTemplate", template).obj())
-    assert [v["name"] for v in pod["volumes"]] == ["config"]
-    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["config"]
+    assert [v["name"] for v in pod["volumes"]] == ["dshm", "config"]
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["dshm", "config"]
 
 
 def test_rollout_workers_offer_ray_their_cpu_request_not_the_nodes_cpus():

@@ -58,6 +58,19 @@ app.kubernetes.io/part-of: agentrl
 {{- end -}}
 {{- end -}}
 
+{{/* The PriorityClass of one kind of pod (trainer, engines, rollout, sandboxes): its name, or
+"<fullname>-<kind>" when the chart creates the classes and no name is given; empty: none. */}}
+{{- define "agentrl.priorityClassName" -}}
+{{- $kind := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- $class := index $root.Values.priorityClasses $kind -}}
+{{- if $class.name -}}
+{{- $class.name -}}
+{{- else if $root.Values.priorityClasses.create -}}
+{{- printf "%s-%s" (include "agentrl.fullname" $root) $kind -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Whether the operator watches every namespace (a ClusterRole) or only the listed ones. */}}
 {{- define "agentrl.clusterWide" -}}
 {{- if not .Values.watchNamespaces -}}true{{- end -}}

@@ -39,6 +39,9 @@ class Reason(StrEnum):
     CRASH_LOOP = "CrashLoopBackOff"
     NO_ENGINES = "NoEngines"
     WATCHDOG_CRASH_LOOP = "WatchdogCrashLoop"
+    WEIGHT_PUSH_FAILING = "WeightPushFailing"
+    """Degraded=True and WeightsSynced=False: the trainer's weight pushes to an engine failed
+    several times in a row (``reconcile.status.WEIGHT_PUSH_FAILURES_DEGRADED``)."""
     # trainer
     TRAINER_RUNNING = "TrainerRunning"
     TRAINER_PENDING = "TrainerPending"

@@ -146,6 +146,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
     },
     {"name": "Reason", "type": "string", "jsonPath": ".status.readyReason"},
+    {
+        "name": "Degraded",
+        "type": "string",
+        "jsonPath": ".status.degradedReason",
+        "description": "The Degraded condition's reason while it is True",
+    },
     {"name": "Step", "type": "integer", "jsonPath": ".status.trainer.step"},
     {"name": "Reward", "type": "number", "jsonPath": ".status.rollout.meanReward"},
     {

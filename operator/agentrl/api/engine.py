@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from agentrl.api.base import (
+    DNS_SUBDOMAIN_PATTERN,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     LabelStr,
@@ -357,6 +358,12 @@ class InferenceSpec(ManifestModel):
     """Node labels the engines require, e.g. ``amd.com/gpu.product-name: AMD_Instinct_MI355X``."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Tolerations for tainted GPU nodes."""
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """PriorityClass of the engine pods. Unset: the operator's ``--engine-priority-class``
+    (the Helm chart's ``priorityClasses``), else none. The class must exist: the API server
+    refuses a pod naming a missing one."""
     image: str = Field(default="ghcr.io/agentrl/sglang-engine:0.1.0", min_length=1, max_length=512)
     """The engine image (``images/sglang-engine``)."""
     cpu: Quantity = "16"

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import LabelStr, ManifestModel
+from agentrl.api.base import DNS_SUBDOMAIN_PATTERN, LabelStr, ManifestModel
 from agentrl.api.engine import Toleration, node_selector_rule
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
@@ -87,6 +87,12 @@ class RolloutSpec(ManifestModel):
     """Node labels rollout worker pods require (CPU nodes; they need no GPU)."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Tolerations of rollout worker pods, for tainted CPU node pools."""
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """PriorityClass of the rollout worker pods. Unset: the operator's
+    ``--rollout-priority-class`` (the Helm chart's ``priorityClasses``), else none. The class
+    must exist: the API server refuses a pod naming a missing one."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """What each terminal class does to training."""
 

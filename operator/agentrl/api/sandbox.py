@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import LabelStr, ManifestModel, ShortStr
+from agentrl.api.base import DNS_SUBDOMAIN_PATTERN, LabelStr, ManifestModel, ShortStr
 from agentrl.api.engine import Toleration
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
@@ -127,6 +127,13 @@ class SandboxSpec(ManifestModel):
     """Node labels sandbox pods require (the Helm chart can set a cluster-wide default)."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Tolerations of sandbox pods, for tainted sandbox node pools."""
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """PriorityClass of the sandbox pods. Unset: the operator's ``--sandbox-priority-class``
+    (the Helm chart's ``priorityClasses``), else none. The class must exist: the API server
+    refuses a pod naming a missing one (the episode then ends in an infra error). A
+    ResourceQuota scoped to PriorityClasses counts sandboxes by this name."""
     allow_internet: bool = False
     """Let sandboxes reach public addresses (never cluster services, RFC1918 or metadata)."""
     startup_timeout_seconds: int = Field(default=300, ge=1, le=7200)

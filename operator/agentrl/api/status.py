@@ -125,6 +125,9 @@ class AgentRLJobStatus(ManifestModel):
     Failed, Degraded, GPUsAvailable."""
     ready_reason: str | None = None
     """The Ready condition's reason, as a printer column."""
+    degraded_reason: str | None = None
+    """The Degraded condition's reason while it is True (``WatchdogCrashLoop``,
+    ``WeightPushFailing``), as a printer column; unset otherwise."""
     start_time: str | None = None
     """When the job first started running (RFC 3339)."""
     completion_time: str | None = None

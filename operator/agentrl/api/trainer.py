@@ -153,6 +153,13 @@ class WeightSync(ManifestModel):
     broadcast group)."""
     interval_steps: int = Field(default=1, ge=1, le=10_000)
     """Push weights every this many steps."""
+    push_attempts: int = Field(default=3, ge=1, le=20)
+    """Tries of one push to one engine before it counts as a failed push (disk mode: that
+    engine again; distributed mode: the whole broadcast, with a new group). An engine whose
+    pushes keep failing is retried at the next interval; three failed pushes in a row set
+    the job's ``Degraded`` condition."""
+    retry_backoff_seconds: float = Field(default=2.0, ge=0.0, le=600.0)
+    """Wait before the second try of a push (seconds); it doubles before each further try."""
 
 
 class Checkpoint(ManifestModel):
@@ -315,6 +322,12 @@ class TrainerSpec(ManifestModel):
     """CPU request per trainer pod."""
     memory: Quantity = "512Gi"
     """Memory request per trainer pod."""
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    """PriorityClass of the trainer pods. Unset: the operator's ``--trainer-priority-class``
+    (the Helm chart's ``priorityClasses``), else none. The class must exist: the API server
+    refuses a pod naming a missing one."""
 
     cel_rules = (
         Rule(

@@ -355,6 +355,24 @@ class TrainerStage(StrEnum):
     """RL steps."""
 
 
+#: Longest error text a :class:`WeightPushFailure` carries (the status message quotes it).
+WEIGHT_PUSH_ERROR_CHARS: Final = 512
+
+
+class WeightPushFailure(_Annotation):
+    """An engine whose latest weight pushes failed, as the trainer reports it."""
+
+    engine: str
+    """The engine's URL, as the trainer reaches it (its pod's stable DNS name)."""
+    failures: int = Field(ge=1)
+    """Pushes in a row that failed (each after ``weightSync.pushAttempts`` tries); a push that
+    succeeds removes the engine from the report."""
+    error: str = ""
+    """The last try's error, at most :data:`WEIGHT_PUSH_ERROR_CHARS` characters."""
+    version: str | None = None
+    """The weight version the last failed push carried."""
+
+
 class TrainerProgress(_Annotation):
     """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
 
@@ -390,3 +408,6 @@ class TrainerProgress(_Annotation):
     """Share of episodes ended by infra errors."""
     truncated_rate: float = 0.0
     """Share of episodes truncated by a cap."""
+    weight_push_failures: list[WeightPushFailure] | None = None
+    """Engines whose latest weight pushes failed, with the count in a row and the last error;
+    None (left out) when every engine took the last push."""

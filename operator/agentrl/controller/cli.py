@@ -9,9 +9,11 @@ import random
 import socket
 
 import click
+from pydantic import ValidationError
 
 from agentrl.controller.settings import OperatorSettings
 from agentrl.reconcile.context import Images
+from agentrl.reconcile.priority import PriorityClasses
 
 
 def _priority(value: str) -> int:
@@ -31,6 +33,31 @@ def peering_identity() -> str:
     operator then crashed at start with ``getpwuid(): uid not found``, on the first real node
     it ever ran on."""
     return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def priority_classes(**names: str | None) -> PriorityClasses:
+    """The ``--*-priority-class`` options as :class:`PriorityClasses`; an empty name is none.
+    A name Kubernetes would refuse fails here, naming the option."""
+    try:
+        return PriorityClasses(**{kind: name or None for kind, name in names.items()})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        kind = str(error["loc"][0])
+        option = f"--{_OPTION_OF[kind]}-priority-class"
+        raise click.BadParameter(
+            f"{names[kind]!r} is not a PriorityClass name (a DNS subdomain: lower-case "
+            "letters, digits, '-' and '.', at most 253 characters)",
+            param_hint=option,
+        ) from None
+
+
+#: The option name's prefix per :class:`PriorityClasses` field.
+_OPTION_OF = {
+    "trainer": "trainer",
+    "engines": "engine",
+    "rollout": "rollout",
+    "sandboxes": "sandbox",
+}
 
 
 @click.command()
@@ -99,6 +126,26 @@ def peering_identity() -> str:
     help="Engine watchdog image [default: the engine image of each job].",
 )
 @click.option(
+    "--trainer-priority-class",
+    default=None,
+    help="PriorityClass of trainer pods whose job sets no spec.trainer.priorityClassName.",
+)
+@click.option(
+    "--engine-priority-class",
+    default=None,
+    help="PriorityClass of engine pods whose job sets no spec.inference.priorityClassName.",
+)
+@click.option(
+    "--rollout-priority-class",
+    default=None,
+    help="PriorityClass of rollout worker pods whose job sets no spec.rollout.priorityClassName.",
+)
+@click.option(
+    "--sandbox-priority-class",
+    default=None,
+    help="PriorityClass of sandbox pods whose job sets no spec.sandbox.priorityClassName.",
+)
+@click.option(
     "--test-synthetic-engine-metrics",
     "synthetic_engine_metrics",
     is_flag=True,
@@ -130,6 +177,10 @@ def operator(
     health_port: int,
     rollout_image: str | None,
     watchdog_image: str | None,
+    trainer_priority_class: str | None,
+    engine_priority_class: str | None,
+    rollout_priority_class: str | None,
+    sandbox_priority_class: str | None,
     synthetic_engine_metrics: bool,
     log_format: str,
     log_level: str,
@@ -151,6 +202,12 @@ def operator(
     settings = OperatorSettings(
         namespaces=tuple(namespaces),
         images=Images(rollout=rollout_image, watchdog=watchdog_image),
+        priority_classes=priority_classes(
+            trainer=trainer_priority_class,
+            engines=engine_priority_class,
+            rollout=rollout_priority_class,
+            sandboxes=sandbox_priority_class,
+        ),
         workers=workers,
         resync_seconds=resync_seconds,
         metrics_port=metrics_port,

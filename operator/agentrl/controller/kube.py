@@ -85,6 +85,12 @@ class KubeAPI(Protocol):
     ) -> None: ...
 
 
+class TemplateImmutable(Exception):
+    """Applying a Job was refused because its pod template differs from the live Job's, which
+    Kubernetes never changes (422 ``spec.template: ... field is immutable``): the operator now
+    builds a running trainer attempt's pods differently (an upgrade, a changed default)."""
+
+
 class NodesForbidden(Exception):
     """Listing Nodes was refused (403): the operator runs without ``list`` on nodes, as an
     install with hand-made namespaced RBAC may. The GPU preflight says so; nothing fails."""
@@ -170,7 +176,18 @@ class LightkubeAPI:
 
     async def apply(self, obj: dict[str, Any]) -> None:
         _count("apply", obj["kind"])
-        await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+        try:
+            await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+        except ApiError as exc:
+            message = exc.status.message or ""
+            if (
+                exc.status.code == 422
+                and obj["kind"] == "Job"
+                and "spec.template" in message
+                and "field is immutable" in message
+            ):
+                raise TemplateImmutable(message) from exc
+            raise
 
     async def create_if_absent(self, obj: dict[str, Any]) -> bool:
         _count("create", obj["kind"])

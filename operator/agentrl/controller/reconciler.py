@@ -34,7 +34,7 @@ from agentrl.api import AgentRLJob, AgentRLJobStatus, ConditionType, Reason, San
 from agentrl.api import validation as api_validation
 from agentrl.controller import metrics
 from agentrl.controller.engine_metrics import collect_engine_metrics
-from agentrl.controller.kube import KubeAPI, NodesForbidden
+from agentrl.controller.kube import KubeAPI, NodesForbidden, TemplateImmutable
 from agentrl.controller.settings import OperatorSettings
 from agentrl.controller.workqueue import Key
 from agentrl.reconcile import labels, names, nodes, preflight, prepull, ray_auth
@@ -43,6 +43,7 @@ from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.observed import Observed, observe
 from agentrl.reconcile.plan import Plan, plan
 from agentrl.reconcile.policies import autoscale
+from agentrl.reconcile.priority import with_priority_classes
 from agentrl.reconcile.status import format_time, parse_time, status_changed
 
 log = logging.getLogger("agentrl.operator")
@@ -123,6 +124,9 @@ class Reconciler:
             if job is None:
                 await self._refuse(key, body, [f"{e.path}: {e.message}" for e in errors])
                 return None
+            # the operator's PriorityClasses fill the job's unset ones, once, before anything
+            # reads the spec (builders, quotas, the ConfigMap)
+            job = with_priority_classes(job, self.settings.priority_classes)
             result = await self._reconcile_valid(key, body, job)
             metrics.RECONCILES.labels(result="ok").inc()
             return result
@@ -287,8 +291,32 @@ class Reconciler:
             digest = _digest(child)
             if applied.get(ident) == digest:
                 continue
-            await self.api.apply(child)
+            try:
+                await self.api.apply(child)
+            except TemplateImmutable:
+                await self._apply_keeping_template(key, child)
             applied[ident] = digest
+
+    async def _apply_keeping_template(self, key: Key, child: dict[str, Any]) -> None:
+        """Apply a Job with the pod template of the live one: a running trainer attempt whose
+        pods this operator would now build differently (after an upgrade that adds a field to
+        them, a PriorityClass say) keeps its pods as they are, since Kubernetes never changes a
+        Job's template, while the rest of the Job (``suspend``) still follows the spec. The
+        next attempt, a new Job, gets the new template."""
+        name = child["metadata"]["name"]
+        live = await self.api.get_child(child["kind"], key.namespace, name)
+        if live is None:  # deleted meanwhile: nothing is immutable any more
+            await self.api.apply(child)
+            return
+        kept = {**child, "spec": {**child["spec"], "template": live["spec"]["template"]}}
+        await self.api.apply(kept)
+        log.warning(
+            "%s: the running %s %s keeps its pod template (Kubernetes never changes a Job's "
+            "template); the next trainer attempt gets the new one",
+            key,
+            child["kind"],
+            name,
+        )
 
     async def _refuse(self, key: Key, body: dict[str, Any], problems: list[str]) -> None:
         """Ready=False/InvalidSpec with the problems; nothing is applied."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentrl.reconcile.context import Images
+from agentrl.reconcile.priority import PriorityClasses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,6 +16,9 @@ class OperatorSettings:
     """Namespaces to watch; empty watches all of them (cluster-wide)."""
     images: Images = field(default_factory=Images)
     """Images the spec does not name (rollout workers, watchdog)."""
+    priority_classes: PriorityClasses = field(default_factory=PriorityClasses)
+    """PriorityClass of each kind of pod whose job names none (``--trainer-priority-class``
+    and its siblings; the Helm chart's ``priorityClasses``)."""
     workers: int = 8
     """Jobs reconciled concurrently. Each job is reconciled by one worker at a time."""
     resync_seconds: float = 60.0

@@ -68,7 +68,7 @@ from agentrl.trainer.checkpoint import CheckpointStore, DriverState, WarmStartPr
 from agentrl.trainer.evaluation import EVALUATIONS_LOG, EvaluationRecord, PeriodicEvaluation
 from agentrl.trainer.factories import torch_backend_for
 from agentrl.trainer.loop import StepRecord, TaskStream
-from agentrl.trainer.weight_sync import DiskWeightSync
+from agentrl.trainer.weight_sync import DiskWeightSync, PushRetry
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +310,7 @@ async def run_local(
         weights_dir=run_dir / "weights",
         initial_version=state.step,
         initial_path=start_weights,
+        retry=PushRetry.from_spec(spec.trainer.weight_sync),
     )
     parts = build_parts(
         spec,

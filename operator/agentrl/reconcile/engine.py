@@ -53,6 +53,7 @@ from agentrl.reconcile.pods import (
     gpu_resources,
     identity_env,
     model_volumes,
+    priority_class,
     pull_secrets,
     shm_mount,
     shm_volume,
@@ -243,6 +244,7 @@ def engine_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "shareProcessNamespace": True,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         **gpu_node_placement(job, Component.ENGINE),
+        **priority_class(inference.priority_class_name),
         **pull_secrets(job),
         "containers": containers,
         "volumes": [

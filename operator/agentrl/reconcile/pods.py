@@ -125,7 +125,9 @@ def chat_template_volumes(job: AgentRLJob) -> tuple[list[dict[str, Any]], list[d
 
 def shm_volume(size: str | None) -> dict[str, Any]:
     """A memory-backed /dev/shm (the container runtime's default is 64 MiB, far too small for
-    RCCL and PyTorch's shared-memory tensors)."""
+    RCCL, PyTorch's shared-memory tensors and Ray's object store). ``size``: its
+    ``sizeLimit``; None bounds it by the pod's memory only. Its pages count as the pod's
+    memory."""
     empty_dir: dict[str, Any] = {"medium": "Memory"}
     if size is not None:
         empty_dir["sizeLimit"] = size
@@ -160,6 +162,13 @@ def node_placement(
     if tolerations:
         out["tolerations"] = [t.to_manifest() for t in tolerations]
     return out
+
+
+def priority_class(name: str | None) -> dict[str, Any]:
+    """``priorityClassName`` of a pod spec when a class is set (``spec.<component>.
+    priorityClassName``, the operator's default filled in by ``priority.with_priority_classes``);
+    nothing otherwise, so the cluster's default applies."""
+    return {"priorityClassName": name} if name is not None else {}
 
 
 def pull_secrets(job: AgentRLJob) -> dict[str, Any]:

@@ -21,8 +21,11 @@ job's own live sandboxes are in ``used`` already, so the concurrency a quota adm
 ``floor(free / per sandbox) + sandboxes already charged``.
 
 Scopes: sandbox pods carry ``activeDeadlineSeconds`` (scope ``Terminating``), requests and
-limits (``NotBestEffort``), no priority class and no cross-namespace affinity; a quota whose
-scopes they do not match does not limit them.
+limits (``NotBestEffort``), ``spec.sandbox.priorityClassName`` (the chart's sandbox class unless
+the job names its own; ``agentrl.reconcile.priority``) and no cross-namespace affinity; a quota
+whose scopes they do not match does not limit them. A ``PriorityClass`` scope selector is matched
+as the API server matches it: ``Exists`` when the pod has a class, ``In``/``NotIn`` on the
+class's name (the empty name for a pod without one), ``DoesNotExist`` never.
 """
 
 from __future__ import annotations
@@ -136,14 +139,17 @@ def _scope_matches(scope: str) -> bool:
     return scope in SANDBOX_SCOPES
 
 
-def _requirement_matches(req: ScopeRequirement) -> bool:
+def _requirement_matches(req: ScopeRequirement, priority_class: str) -> bool:
     if req.scope_name == "PriorityClass":
-        # Sandbox pods have no priority class: the API server matches them as the empty name.
+        # A pod without a class is matched as the empty name (the API server's label set for
+        # the scope always has the key, so DoesNotExist never matches).
         if req.operator == "In":
-            return "" in req.values
+            return priority_class in req.values
         if req.operator == "NotIn":
-            return "" not in req.values
-        return False  # Exists needs a class; DoesNotExist is evaluated on the (present) key
+            return priority_class not in req.values
+        if req.operator == "Exists":
+            return priority_class != ""
+        return False
     if req.operator == "Exists":
         return _scope_matches(req.scope_name)
     if req.operator == "DoesNotExist":
@@ -151,11 +157,13 @@ def _requirement_matches(req: ScopeRequirement) -> bool:
     return False
 
 
-def applies_to_sandboxes(quota: ResourceQuotaUsage) -> bool:
-    """Whether the quota's scopes select sandbox pods (every scope must match)."""
+def applies_to_sandboxes(quota: ResourceQuotaUsage, *, priority_class: str | None = None) -> bool:
+    """Whether the quota's scopes select sandbox pods (every scope must match);
+    ``priority_class``: the sandbox pods' PriorityClass (``spec.sandbox.priorityClassName``),
+    None for none."""
     if any(not _scope_matches(s) for s in quota.scopes):
         return False
-    return all(_requirement_matches(r) for r in quota.scope_selector)
+    return all(_requirement_matches(r, priority_class or "") for r in quota.scope_selector)
 
 
 def sandbox_room(
@@ -167,7 +175,7 @@ def sandbox_room(
     charge = sandbox_charge(job)
     best: QuotaRoom | None = None
     for quota in sorted(quotas, key=lambda q: q.name):
-        if not applies_to_sandboxes(quota):
+        if not applies_to_sandboxes(quota, priority_class=job.spec.sandbox.priority_class_name):
             continue
         for key in sorted(quota.hard):
             per = charge.get(key, 0.0)

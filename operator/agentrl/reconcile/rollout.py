@@ -37,7 +37,17 @@ and run all the workers on a node where the scheduler reserved only its request.
 request keeps a pod's workers within what was reserved for it.
 
 Placement: ``spec.rollout.nodeSelector`` and ``tolerations`` (CPU node pools; on the local
-cluster, the real node).
+cluster, the real node), and ``priorityClassName`` (``agentrl.reconcile.priority``).
+
+Ray's object store: a memory-backed ``/dev/shm`` sized for it. Left to itself, Ray sizes the
+store at 30% of the memory it sees — with a request and no limit, the whole node's — capped by
+/dev/shm, and a container's /dev/shm is 64 MiB, so the store would go to /tmp on disk (Ray
+warns "This will harm performance"). So the store is :func:`object_store_bytes`: Ray's own 30%
+(``RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION``) of the pod's memory request
+``spec.rollout.memory``, handed to ``ray start`` as its cap
+(``RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES``), and /dev/shm is :func:`shm_size`: that plus
+the 10% Ray itself advises. Both are derived from ``spec.rollout.memory``: a larger store
+takes a larger request.
 
 Replicas: ``spec.rollout.workers``, 0 while suspended or finished. The pod template does not
 depend on the sandbox concurrency, so ``kubectl scale`` never restarts a worker: the workers
@@ -67,14 +77,38 @@ from agentrl.reconcile.pods import (
     identity_env,
     model_volumes,
     node_placement,
+    priority_class,
     pull_secrets,
     sandbox_env,
+    shm_mount,
+    shm_volume,
 )
 from agentrl.reconcile.ray_auth import ray_auth_env
 from agentrl.reconcile.rbac import rbac_objects, sandbox_provider_rules
 
 #: The rollout worker's command: a verb of the agentrl CLI in the rollout (trainer) image.
 RAY_JOIN_COMMAND: Final = ("agentrl", "ray", "join")
+#: Share of a worker pod's memory request that Ray's object store gets: Ray's own default share
+#: (``RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION``), of the pod's request instead of the node.
+OBJECT_STORE_SHARE: Final = 0.3
+#: /dev/shm over the object store: Ray's advice when it finds /dev/shm too small (a shm size of
+#: 1.1 × the store), room for the other users of /dev/shm (Python's semaphores, torch).
+SHM_HEADROOM: Final = 1.1
+#: The variable ``ray start`` caps its default object store size with (bytes).
+OBJECT_STORE_CAP_ENV: Final = "RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES"
+_MIB: Final = 1024 * 1024
+
+
+def object_store_bytes(job: AgentRLJob) -> int:
+    """Ray's object store on a rollout worker pod: :data:`OBJECT_STORE_SHARE` of
+    ``spec.rollout.memory``, in bytes."""
+    return math.floor(parse_quantity(job.spec.rollout.memory) * OBJECT_STORE_SHARE)
+
+
+def shm_size(job: AgentRLJob) -> str:
+    """The worker pod's /dev/shm: :func:`object_store_bytes` × :data:`SHM_HEADROOM`, rounded
+    up to whole MiB."""
+    return f"{math.ceil(object_store_bytes(job) * SHM_HEADROOM / _MIB)}Mi"
 
 
 def ray_cpus(job: AgentRLJob) -> int:
@@ -111,6 +145,7 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         **pull_secrets(job),
         **node_placement(job.spec.rollout.node_selector, job.spec.rollout.tolerations),
+        **priority_class(job.spec.rollout.priority_class_name),
         "containers": [
             {
                 "name": "rollout",
@@ -122,6 +157,8 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     {"name": "RAY_HEAD_ADDRESS", "value": f"{master}:{RAY_HEAD_PORT}"},
                     *ray_auth_env(job),  # the head's token, or the worker cannot join
                     *sandbox_env(job),
+                    # the object store /dev/shm is sized for, not 30% of the whole node
+                    {"name": OBJECT_STORE_CAP_ENV, "value": str(object_store_bytes(job))},
                 ],
                 # no limits: asyncio episodes and tokenisation burst on CPU, and a CPU limit
                 # would throttle every episode of the worker at once
@@ -132,10 +169,15 @@ def worker_pod_spec(job: AgentRLJob, ctx: BuildContext) -> dict[str, Any]:
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
                 },
-                "volumeMounts": [config_mount(), *model_mounts, *template_mounts],
+                "volumeMounts": [
+                    shm_mount(),
+                    config_mount(),
+                    *model_mounts,
+                    *template_mounts,
+                ],
             }
         ],
-        "volumes": [config_volume(job), *model_vols, *template_vols],
+        "volumes": [shm_volume(shm_size(job)), config_volume(job), *model_vols, *template_vols],
     }
 
 

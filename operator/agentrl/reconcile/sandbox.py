@@ -8,8 +8,9 @@ task's image and its own labels, and creates the pod (:func:`sandbox_pod` is tha
 is owned by the job (deleted with it, even while the operator is down), carries no
 ServiceAccount token and no service links, runs with seccomp ``RuntimeDefault``, every
 capability dropped and no privilege escalation, with CPU, memory and ephemeral storage from
-``spec.sandbox``. Its ``activeDeadlineSeconds`` (startup + episode + verifier timeouts) reaps a
-sandbox whose worker died without deleting it.
+``spec.sandbox``, and ``spec.sandbox.priorityClassName`` (the lowest of a job's classes, see
+``agentrl.reconcile.priority``). Its ``activeDeadlineSeconds`` (startup + episode + verifier
+timeouts) reaps a sandbox whose worker died without deleting it.
 
 The user is the one thing that depends on the image, so ``spec.dataset.format`` picks a
 :class:`SandboxProfile` (:data:`PROFILES`; the reasons are in docs/rollout.md):
@@ -50,7 +51,7 @@ from agentrl.reconcile.constants import Component
 from agentrl.reconcile.context import BuildContext
 from agentrl.reconcile.labels import sandbox_pod_labels, sandbox_selector
 from agentrl.reconcile.meta import object_meta, owner_reference
-from agentrl.reconcile.pods import node_placement
+from agentrl.reconcile.pods import node_placement, priority_class
 
 #: Keeps the sandbox container alive; every command arrives through exec.
 DEFAULT_COMMAND: Final = ("sleep", "infinity")
@@ -150,6 +151,7 @@ def sandbox_pods(job: AgentRLJob, ctx: BuildContext) -> SandboxPods:
     if sandbox.runtime_class_name is not None:
         spec["runtimeClassName"] = sandbox.runtime_class_name
     spec.update(node_placement(sandbox.node_selector, sandbox.tolerations))
+    spec.update(priority_class(sandbox.priority_class_name))
     if job.spec.dataset.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in job.spec.dataset.image_pull_secrets]
     return SandboxPods(

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
 from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
-from agentrl.api.wire import TrainerProgress
+from agentrl.api.wire import TrainerProgress, WeightPushFailure
 from agentrl.reconcile import preflight
 from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
 from agentrl.reconcile.labels import sandbox_selector, selector_string
@@ -42,6 +42,12 @@ CONDITION_ORDER: tuple[ConditionType, ...] = tuple(ConditionType)
 NEGATIVE_CONDITIONS = frozenset({ConditionType.FAILED, ConditionType.DEGRADED})
 #: Conditions that flip too often to be worth an event (every weight push).
 QUIET_CONDITIONS = frozenset({ConditionType.WEIGHTS_SYNCED})
+#: Failed weight pushes in a row to one engine (each after ``weightSync.pushAttempts`` tries,
+#: as the trainer reports them in ``agentrl.dev/progress``) from which the job is Degraded and
+#: WeightsSynced is False, reason ``WeightPushFailing``. One failure is a blip the next
+#: interval retries; three in a row is an engine that does not take weights. The chart's
+#: ``AgentRLWeightPushFailing`` alert fires at the same count by default.
+WEIGHT_PUSH_FAILURES_DEGRADED: Final = 3
 
 #: Container waiting reasons that mean the image cannot be pulled.
 IMAGE_PULL_REASONS = frozenset(
@@ -281,8 +287,29 @@ def _target_weight_version(progress: TrainerProgress | None) -> str | None:
     return None if progress is None else progress.weight_version
 
 
+def failing_pushes(progress: TrainerProgress | None) -> list[WeightPushFailure]:
+    """The engines the trainer reports with at least :data:`WEIGHT_PUSH_FAILURES_DEGRADED`
+    failed pushes in a row, most failures first."""
+    failures = (progress.weight_push_failures or []) if progress is not None else []
+    failing = [f for f in failures if f.failures >= WEIGHT_PUSH_FAILURES_DEGRADED]
+    return sorted(failing, key=lambda f: (-f.failures, f.engine))
+
+
+def weight_push_message(failing: list[WeightPushFailure]) -> str:
+    """Each failing engine, its count and the last error, in the trainer's words."""
+    parts = []
+    for f in failing:
+        version = f" (last: weight version {f.version})" if f.version is not None else ""
+        parts.append(f"{f.engine}: {f.failures} weight pushes in a row failed{version}: {f.error}")
+    return "; ".join(parts)
+
+
 def weights_verdict(observed: Observed, progress: TrainerProgress | None) -> _Verdict:
-    """WeightsSynced: every ready engine serves the trainer's last pushed weights."""
+    """WeightsSynced: every ready engine serves the trainer's last pushed weights; False with
+    ``WeightPushFailing`` while the trainer reports an engine whose pushes keep failing."""
+    failing = failing_pushes(progress)
+    if failing:
+        return _Verdict("False", Reason.WEIGHT_PUSH_FAILING, weight_push_message(failing))
     target = _target_weight_version(progress)
     if target is None:
         return _Verdict(
@@ -310,26 +337,44 @@ def weights_verdict(observed: Observed, progress: TrainerProgress | None) -> _Ve
     )
 
 
-def degraded_verdict(observed: Observed) -> _Verdict:
-    """Degraded: an engine's watchdog tripped its crash-loop guard."""
+def degraded_verdict(observed: Observed, progress: TrainerProgress | None = None) -> _Verdict:
+    """Degraded: an engine's watchdog tripped its crash-loop guard, or the trainer's weight
+    pushes to an engine failed :data:`WEIGHT_PUSH_FAILURES_DEGRADED` times in a row. Both
+    can hold; the reason is the crash loop's (the pushes to a crash-looping engine fail as a
+    consequence) and the message says both."""
     looping = [
         (p, p.watchdog)
         for p in observed.pods_of(Component.ENGINE)
         if p.watchdog and p.watchdog.crash_loop
     ]
-    if not looping:
-        return _Verdict("False", ExtraReason.AS_EXPECTED, "no engine is crash-looping")
-    parts = []
-    for pod, report in looping:
-        part = f"{pod.name}: {report.restarts_in_window} restarts within the watchdog's window"
-        if report.last_fault is not None:
-            part += f"; last fault {report.last_fault.signature}: {report.last_fault.line}"
-        parts.append(part)
-    return _Verdict(
-        "True",
-        Reason.WATCHDOG_CRASH_LOOP,
-        "crash-loop guard tripped (HIP graphs stay on): " + "; ".join(parts),
-    )
+    failing = failing_pushes(progress)
+    found: list[tuple[str, str]] = []
+    if looping:
+        parts = []
+        for pod, report in looping:
+            part = f"{pod.name}: {report.restarts_in_window} restarts within the watchdog's window"
+            if report.last_fault is not None:
+                part += f"; last fault {report.last_fault.signature}: {report.last_fault.line}"
+            parts.append(part)
+        found.append(
+            (
+                Reason.WATCHDOG_CRASH_LOOP,
+                "crash-loop guard tripped (HIP graphs stay on): " + "; ".join(parts),
+            )
+        )
+    if failing:
+        found.append(
+            (
+                Reason.WEIGHT_PUSH_FAILING,
+                "the trainer keeps training, its weights do not reach every engine: "
+                + weight_push_message(failing),
+            )
+        )
+    if not found:
+        return _Verdict(
+            "False", ExtraReason.AS_EXPECTED, "no engine is crash-looping or failing weight pushes"
+        )
+    return _Verdict("True", found[0][0], "; ".join(message for _, message in found))
 
 
 # ---- terminal state -------------------------------------------------------------------------
@@ -606,7 +651,7 @@ def _verdicts(
     out[ConditionType.SUSPENDED] = _suspended_verdict(job, previous, observed, stopping)
     out[ConditionType.COMPLETE] = complete
     out[ConditionType.FAILED] = failed
-    out[ConditionType.DEGRADED] = degraded_verdict(observed)
+    out[ConditionType.DEGRADED] = degraded_verdict(observed, progress)
     out[ConditionType.GPUS_AVAILABLE] = gpus_verdict(
         job, observed, suspended=suspended, finished=terminal is not None
     )
@@ -751,6 +796,11 @@ def compute_status(
         observed_generation=generation,
         conditions=conditions,
         ready_reason=verdicts[ConditionType.READY].reason,
+        degraded_reason=(
+            verdicts[ConditionType.DEGRADED].reason
+            if verdicts[ConditionType.DEGRADED].status == "True"
+            else None
+        ),
         start_time=None if start_time is None else format_time(start_time),
         completion_time=completion,
         engines=engines,

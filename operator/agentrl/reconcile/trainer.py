@@ -48,6 +48,7 @@ from agentrl.reconcile.pods import (
     gpu_resources,
     identity_env,
     model_volumes,
+    priority_class,
     pull_secrets,
     sandbox_env,
     shm_mount,
@@ -131,6 +132,7 @@ def trainer_pod_spec(job: AgentRLJob, ctx: BuildContext, *, attempt: int) -> dic
         "serviceAccountName": names.trainer(job.metadata.name),
         "automountServiceAccountToken": True,
         **gpu_node_placement(job, Component.TRAINER),
+        **priority_class(trainer.priority_class_name),
         **pull_secrets(job),
         "containers": [
             {

@@ -79,13 +79,18 @@ def build_backend(config: TrainerConfig) -> Any:
 def build_weight_sync(config: TrainerConfig, backend: Any, clients: list[Any], step: int) -> Any:
     """Disk or distributed sync to the engines, recording ``current-weights.json`` at the root
     of the checkpoint volume (where engines' watchdogs read it)."""
-    from agentrl.trainer.weight_sync import DiskWeightSync, DistributedWeightSync
+    from agentrl.trainer.weight_sync import DiskWeightSync, DistributedWeightSync, PushRetry
 
     trainer = config.job.spec.trainer
     root = config.env.checkpoint_dir
+    retry = PushRetry.from_spec(trainer.weight_sync)
     if trainer.weight_sync.mode == WeightSyncMode.DISK:
         return DiskWeightSync(
-            clients, export=backend.export_weights, weights_dir=root, initial_version=step
+            clients,
+            export=backend.export_weights,
+            weights_dir=root,
+            initial_version=step,
+            retry=retry,
         )
     import torch
 
@@ -106,6 +111,7 @@ def build_weight_sync(config: TrainerConfig, backend: Any, clients: list[Any], s
         export=backend.export_weights,
         weights_dir=root,
         initial_version=step,
+        retry=retry,
     )
 
 

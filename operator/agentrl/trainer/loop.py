@@ -59,7 +59,7 @@ from agentrl.trainer.buffer import Group, GroupBuffer
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
 from agentrl.trainer.stats import StepStats
 from agentrl.trainer.stopping import StopRequest
-from agentrl.trainer.weight_sync import WeightSync
+from agentrl.trainer.weight_sync import SyncReport, WeightSync, observe_failures
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,8 @@ class TrainingDriver:
         self._considered_groups = 0
         self._zero_variance = 0
         self._last_checkpoint = state.step
+        self.last_sync: SyncReport | None = None
+        """The last push's report (its ``failures`` go into the trainer's progress)."""
 
     @property
     def last_checkpoint_step(self) -> int:
@@ -451,6 +453,8 @@ class TrainingDriver:
         if self.state.step % self.spec.trainer.weight_sync.interval_steps == 0:
             await self.weight_sync.reconcile()
             report = await self.weight_sync.push(self.state.step)
+            self.last_sync = report
+            observe_failures(report)  # this process's gauge, wherever the sync runs
             sync_seconds = report.seconds
             self.admission.set_policy_version(self.state.step)
         if self.state.step % self.spec.trainer.checkpoint.interval_steps == 0:

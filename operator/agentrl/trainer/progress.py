@@ -7,7 +7,10 @@ driver's running counters into a :class:`TrainerProgress` and hands it to a
 ServiceAccount needs ``patch`` on its own pod), :class:`FakeProgressReporter` records (tests),
 :class:`LoggingProgressReporter` logs (outside a pod). Reporting never stops training: an API
 error is logged and the next step reports again. The last held-out evaluation
-(:meth:`ProgressTracker.on_evaluation`) is reported at once and carried in every later report.
+(:meth:`ProgressTracker.on_evaluation`) is reported at once and carried in every later report,
+and so are the engines whose weight pushes are failing (``weightPushFailures``: each engine, its
+failed pushes in a row and the last error, from the last push's
+:class:`~agentrl.trainer.weight_sync.SyncReport`), which the operator turns into ``Degraded``.
 
 Callers: :mod:`agentrl.trainer.pod` (the driver, rank 0).
 """
@@ -19,7 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrl.api.wire import ANNOTATION_PROGRESS, TrainerProgress, TrainerStage
+from agentrl.api.wire import (
+    ANNOTATION_PROGRESS,
+    TrainerProgress,
+    TrainerStage,
+    WeightPushFailure,
+)
 from agentrl.trainer.checkpoint import DriverState, WarmStartProgress
 from agentrl.trainer.loop import StepRecord
 
@@ -88,9 +96,15 @@ def reporter_for(env: Any) -> ProgressReporter:
 
 
 def progress_of(
-    record: StepRecord, state: DriverState, *, last_checkpoint_step: int, hours: float
+    record: StepRecord,
+    state: DriverState,
+    *,
+    last_checkpoint_step: int,
+    hours: float,
+    push_failures: list[WeightPushFailure] | None = None,
 ) -> TrainerProgress:
-    """The annotation's content after ``record``'s step."""
+    """The annotation's content after ``record``'s step; ``push_failures``: the engines whose
+    weight pushes are failing after the last push (none: left out)."""
     counters = state.counters
     seen = max(counters.trajectories, 1)
     return TrainerProgress(
@@ -101,6 +115,7 @@ def progress_of(
         mean_reward=record.reward_mean,
         infra_error_rate=counters.infra_errors / seen,
         truncated_rate=counters.classes.get("truncated", 0) / seen,
+        weight_push_failures=list(push_failures) if push_failures else None,
     )
 
 
@@ -129,11 +144,13 @@ class ProgressTracker:
 
     def on_step(self, record: StepRecord, driver: Any) -> None:
         hours = (time.monotonic() - self._started) / 3600.0
+        last_sync = getattr(driver, "last_sync", None)
         self._last = progress_of(
             record,
             self.state,
             last_checkpoint_step=getattr(driver, "_last_checkpoint", 0),
             hours=hours,
+            push_failures=last_sync.failures if last_sync is not None else None,
         )
         self._send()
 

@@ -25,7 +25,31 @@ Both modes track the version each engine reports in ``/get_model_info`` and re-p
 engine that serves an older one — an engine restarted by its watchdog comes back with its
 initial weights. A restarted engine has also left the broadcast group, so the distributed mode
 forms a new group (a new name) with every engine before re-pushing.
-Callers: :mod:`agentrl.trainer.loop`.
+
+**Failures are retried, counted and reported, never silent.** A push that an engine does not
+take (unreachable, a refusal, a group that cannot be formed) is tried again after a backoff —
+a refusal too: on a shared volume an engine may see the exported files a moment late
+(:class:`PushRetry`, from ``spec.trainer.weightSync.pushAttempts`` and
+``retryBackoffSeconds``: the first retry after ``retryBackoffSeconds``, each further one after
+twice the previous wait); disk mode retries the failing engine alone, distributed mode the
+whole broadcast with a new group. A push still failing after its last try counts one failure
+for that engine (:class:`PushFailures`): ``agentrl_weight_sync_failures_total{engine}``, and
+``agentrl_weight_sync_consecutive_failures{engine}`` holds the failures in a row (0 once a
+push is taken). Every :class:`SyncReport` carries the engines failing now (``failures``, a
+:class:`~agentrl.api.wire.WeightPushFailure` each: engine, count, last error), which the driver
+puts in its ``agentrl.dev/progress`` annotation; the operator turns three in a row into
+``Degraded``/``WeightPushFailing`` and ``WeightsSynced=False``, and the chart alerts on the gauge.
+
+Meanwhile the trainer keeps training: its steps go on, each interval pushes again (one failed
+push per interval: :meth:`reconcile` leaves an engine whose last push failed to the push that
+follows it), and an engine that takes a push is current again. Episodes that engine serves
+meanwhile come from older weights than their policy version says; the engines' own logprobs go
+with them, so the off-policy correction
+(``spec.trainer.algorithm.offPolicyCorrection``) weighs them as what they are, and
+``agentrl_trainer_mismatch_abs_mean`` shows the gap.
+
+Callers: :mod:`agentrl.trainer.loop`, built by :func:`agentrl.trainer.factories.build_weight_sync`
+(and ``agentrl run``'s runner).
 """
 
 from __future__ import annotations
@@ -34,13 +58,15 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl.api.trainer import WeightSync as WeightSyncSpec
+from agentrl.api.wire import WEIGHT_PUSH_ERROR_CHARS, WeightPushFailure
 from agentrl.engine.weight_pointer import CurrentWeights, write_current_weights
 from agentrl.engine_client.client import EngineClient, EngineError
 from agentrl.engine_client.weight_group import BroadcastGroup
@@ -53,7 +79,19 @@ SERVED_VERSION = Gauge(
     ["engine"],
 )
 SYNC_FAILURES = Counter(
-    "agentrl_weight_sync_failures_total", "Weight pushes an engine did not accept.", ["engine"]
+    "agentrl_weight_sync_failures_total",
+    "Weight pushes an engine did not take, after every try (weightSync.pushAttempts).",
+    ["engine"],
+)
+RETRIES = Counter(
+    "agentrl_weight_sync_retries_total",
+    "Tries of a weight push after its first, per engine (with backoff between them).",
+    ["engine"],
+)
+CONSECUTIVE_FAILURES = Gauge(
+    "agentrl_weight_sync_consecutive_failures",
+    "Weight pushes in a row an engine did not take (0 once it takes one).",
+    ["engine"],
 )
 REPUSHES = Counter(
     "agentrl_weight_sync_repushes_total",
@@ -65,6 +103,104 @@ REPUSHES = Counter(
 POINTER_FILE = "current-weights.json"
 
 
+#: Sleeps ``seconds`` (``asyncio.sleep``; tests pass a fake clock's).
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class PushRetry(BaseModel):
+    """How often one push is tried before it counts as failed, and the waits between tries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempts: int = Field(default=3, ge=1)
+    """Tries in all (``weightSync.pushAttempts``)."""
+    backoff_seconds: float = Field(default=2.0, ge=0.0)
+    """Wait before the second try; doubled before each further one
+    (``weightSync.retryBackoffSeconds``)."""
+
+    @classmethod
+    def from_spec(cls, spec: WeightSyncSpec) -> PushRetry:
+        """The policy of ``spec.trainer.weightSync``."""
+        return cls(attempts=spec.push_attempts, backoff_seconds=spec.retry_backoff_seconds)
+
+    def waits(self) -> list[float]:
+        """The wait before each try after the first: ``b, 2b, 4b, ...``."""
+        return [self.backoff_seconds * 2**i for i in range(self.attempts - 1)]
+
+
+class PushFailures:
+    """Failed pushes in a row, per engine: a push that fails after its last try adds one, a
+    push the engine takes clears it. Sets ``agentrl_weight_sync_failures_total`` and
+    ``agentrl_weight_sync_consecutive_failures``."""
+
+    def __init__(self) -> None:
+        self._failing: dict[str, WeightPushFailure] = {}
+
+    def failed(self, engine: str, *, version: int, error: str) -> WeightPushFailure:
+        """One more failed push to ``engine``; returns its record."""
+        before = self._failing.get(engine)
+        failure = WeightPushFailure(
+            engine=engine,
+            failures=(before.failures if before is not None else 0) + 1,
+            error=error[:WEIGHT_PUSH_ERROR_CHARS],
+            version=str(version),
+        )
+        self._failing[engine] = failure
+        SYNC_FAILURES.labels(engine=engine).inc()
+        CONSECUTIVE_FAILURES.labels(engine=engine).set(failure.failures)
+        log.warning(
+            "weight push v%d to %s failed (%d in a row): %s",
+            version,
+            engine,
+            failure.failures,
+            failure.error,
+        )
+        return failure
+
+    def succeeded(self, engine: str) -> None:
+        """``engine`` took a push."""
+        if self._failing.pop(engine, None) is not None:
+            log.info("%s takes weight pushes again", engine)
+        CONSECUTIVE_FAILURES.labels(engine=engine).set(0)
+
+    def current(self) -> list[WeightPushFailure]:
+        """The engines failing now, by URL."""
+        return [self._failing[url] for url in sorted(self._failing)]
+
+    def __contains__(self, engine: object) -> bool:
+        """Whether ``engine``'s last push failed."""
+        return engine in self._failing
+
+
+def observe_failures(report: SyncReport) -> None:
+    """Set ``agentrl_weight_sync_consecutive_failures`` in this process from ``report``: the
+    driver calls it with every push's report, since with megatron ranks the sync runs in rank
+    0's actor, whose own metrics nobody scrapes."""
+    failing = {f.engine: f.failures for f in report.failures}
+    for engine in sorted({*report.served, *failing}):
+        CONSECUTIVE_FAILURES.labels(engine=engine).set(failing.get(engine, 0))
+
+
+async def with_retries(
+    try_once: Callable[[], Awaitable[dict[str, str]]], retry: PushRetry, *, sleep: Sleep
+) -> dict[str, str]:
+    """Run ``try_once`` up to ``retry.attempts`` times, with :meth:`PushRetry.waits` between
+    tries, until it reports no failure. ``try_once`` returns engine URL → error text for the
+    engines that did not take the try; so does this, for the last try."""
+    errors = await try_once()
+    for wait in retry.waits():
+        if not errors:
+            break
+        for engine in errors:
+            RETRIES.labels(engine=engine).inc()
+        log.info(
+            "weight push to %s failed; trying again in %.1f s", ", ".join(sorted(errors)), wait
+        )
+        await sleep(wait)
+        errors = await try_once()
+    return errors
+
+
 class SyncReport(BaseModel):
     """The outcome of one push."""
 
@@ -74,6 +210,9 @@ class SyncReport(BaseModel):
     """Engine URL → version it reports now (None when it could not be asked)."""
     failed: list[str] = Field(default_factory=list)
     """Engines that did not take the push (they are retried by :meth:`reconcile`)."""
+    failures: list[WeightPushFailure] = Field(default_factory=list)
+    """Every engine whose pushes are failing after this one (:meth:`PushFailures.current`):
+    the count in a row and the last error. The driver reports them (``agentrl.dev/progress``)."""
 
 
 class WeightSync(Protocol):
@@ -86,7 +225,9 @@ class WeightSync(Protocol):
         ...
 
     async def reconcile(self) -> list[str]:
-        """Re-push to engines serving an older version; returns their URLs."""
+        """Re-push to engines serving an older version; returns their URLs. An engine whose
+        last push failed is left to the push that follows (the driver calls this just before
+        pushing), so a failing engine costs one failed push per interval."""
         ...
 
 
@@ -99,6 +240,9 @@ class DiskWeightSync:
         weights_dir: where versions are exported (``v{N}/``), on a volume engines can read.
         keep: exported versions kept on disk (older ones are deleted; the checkpoint keeps
             its own copy).
+        retry: tries of one push per engine and the backoff between them
+            (:meth:`PushRetry.from_spec` of ``spec.trainer.weightSync``).
+        sleep: waits between tries; for tests (a fake clock).
     """
 
     def __init__(
@@ -110,6 +254,8 @@ class DiskWeightSync:
         keep: int = 2,
         initial_version: int = 0,
         initial_path: Path | None = None,
+        retry: PushRetry | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.clients = list(clients)
         self.export = export
@@ -118,6 +264,9 @@ class DiskWeightSync:
         self.current_version = initial_version
         self.current_path: Path | None = initial_path
         self.served: dict[str, str | None] = {c.base_url: None for c in self.clients}
+        self.retry = retry or PushRetry()
+        self.sleep = sleep
+        self.failures = PushFailures()
 
     def path_for(self, version: int) -> Path:
         return self.weights_dir / f"v{version}"
@@ -139,9 +288,27 @@ class DiskWeightSync:
             seconds=time.monotonic() - start,
             served=dict(self.served),
             failed=failed,
+            failures=self.failures.current(),
         )
 
     async def _push_one(self, client: EngineClient, path: Path, version: int) -> bool:
+        """Push to one engine with the retries of :attr:`retry`; count the outcome."""
+        url = client.base_url
+
+        async def once() -> dict[str, str]:
+            error = await self._try_push(client, path, version)
+            return {url: error} if error is not None else {}
+
+        errors = await with_retries(once, self.retry, sleep=self.sleep)
+        if errors:
+            self.failures.failed(url, version=version, error=errors[url])
+            return False
+        self.failures.succeeded(url)
+        return True
+
+    async def _try_push(self, client: EngineClient, path: Path, version: int) -> str | None:
+        """One try: pause, load ``path`` as ``version``, flush, continue. The error, or None
+        when the engine took it."""
         try:
             await client.pause_generation(mode="in_place")
             try:
@@ -153,16 +320,14 @@ class DiskWeightSync:
             finally:
                 await client.continue_generation()
         except EngineError as exc:
-            log.warning("weight push v%d to %s failed: %s", version, client.base_url, exc)
+            log.info("weight push v%d to %s failed: %s", version, client.base_url, exc)
             self._record(client.base_url, None)
-            SYNC_FAILURES.labels(engine=client.base_url).inc()
-            return False
+            return f"{type(exc).__name__}: {exc}"
         if not result.success:
-            log.warning("engine %s refused v%d: %s", client.base_url, version, result.message)
-            SYNC_FAILURES.labels(engine=client.base_url).inc()
-            return False
+            log.info("engine %s refused v%d: %s", client.base_url, version, result.message)
+            return f"the engine refused weight version {version}: {result.message}"
         self._record(client.base_url, str(version))
-        return True
+        return None
 
     def _record(self, url: str, version: str | None) -> None:
         self.served[url] = version
@@ -180,7 +345,7 @@ class DiskWeightSync:
                 self._record(client.base_url, None)
                 continue  # down: the next reconcile tries again
             self._record(client.base_url, info.weight_version)
-            if info.weight_version != want:
+            if info.weight_version != want and client.base_url not in self.failures:
                 stale.append(client)
         for client in stale:
             REPUSHES.labels(engine=client.base_url).inc()
@@ -208,7 +373,7 @@ def prune_exports(weights_dir: Path, current: int, keep: int) -> list[Path]:
         if child.is_dir() and child.name[1:].isdigit()
     )
     older = [path for number, path in versions if number < current]
-    kept = set(older[max(0, len(older) - keep + 1):])
+    kept = set(older[max(0, len(older) - keep + 1) :])
     kept.add(weights_dir / f"v{current}")
     deleted = [path for _, path in versions if path not in kept]
     for path in deleted:
@@ -285,6 +450,9 @@ class DistributedWeightSync:
             ``current-weights.json`` under ``weights_dir`` for the watchdog.
         keep: exported versions kept under ``weights_dir`` (older ones are deleted after each
             export, as in disk mode: :func:`prune_exports`).
+        retry: tries of one broadcast and the backoff between them (a failed try leaves the
+            group unusable: each retry forms a new one with every engine).
+        sleep: waits between tries; for tests (a fake clock).
     """
 
     def __init__(
@@ -302,6 +470,8 @@ class DistributedWeightSync:
         keep: int = 2,
         initial_version: int = 0,
         timeout_seconds: float = 600.0,
+        retry: PushRetry | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.clients = list(clients)
         self.tensors = tensors
@@ -320,6 +490,9 @@ class DistributedWeightSync:
         self.group: BroadcastGroup | None = None
         self.generation = 0
         """Groups formed so far; each gets a new name, so an engine never joins a stale one."""
+        self.retry = retry or PushRetry()
+        self.sleep = sleep
+        self.failures = PushFailures()
 
     @property
     def group_name(self) -> str:
@@ -364,52 +537,13 @@ class DistributedWeightSync:
 
     async def push(self, version: int) -> SyncReport:
         start = time.monotonic()
-        if self.group is None:
-            await self._form_group()
-        assert self.group is not None
-        names, dtypes, shapes, items = _announced(self.tensors())
-        try:
-            for c in self.clients:
-                await c.pause_generation(mode="in_place")
-            calls = [
-                c.update_weights_from_distributed(
-                    names=names,
-                    dtypes=dtypes,
-                    shapes=shapes,
-                    group_name=self.group_name,
-                    weight_version=str(version),
-                    flush_cache=False,  # paused in place (see the module docstring)
-                    timeout=self.timeout_seconds,
-                )
-                for c in self.clients
-            ]
-            sending = asyncio.to_thread(_broadcast_all, self.group, names, items)
-            _, *results = await asyncio.gather(sending, *calls, return_exceptions=True)
-        finally:
-            # Whatever failed, the source is read to the end (trainer ranks wait to send).
-            await asyncio.to_thread(_drain, items)
-            for c in self.clients:
-                try:
-                    await c.flush_cache()  # refused (False) while requests are held
-                except EngineError as exc:
-                    log.warning("could not flush %s after a push: %s", c.base_url, exc)
-                try:
-                    await c.continue_generation()  # always: a paused engine serves nothing
-                except EngineError as exc:
-                    log.warning("could not resume %s after a push: %s", c.base_url, exc)
-        failed = []
-        for client, result in zip(self.clients, results, strict=True):
-            if isinstance(result, BaseException) or not result.success:
-                log.warning("engine %s did not take v%d: %s", client.base_url, version, result)
-                SYNC_FAILURES.labels(engine=client.base_url).inc()
-                self._record(client.base_url, None)
-                failed.append(client.base_url)
+        errors = await with_retries(lambda: self._try_push(version), self.retry, sleep=self.sleep)
+        for client in self.clients:
+            url = client.base_url
+            if url in errors:
+                self.failures.failed(url, version=version, error=errors[url])
             else:
-                self._record(client.base_url, str(version))
-        if failed:
-            # A member that failed mid-broadcast leaves the group unusable: form a new one next.
-            self.group.close()
-            self.group = None
+                self.failures.succeeded(url)
         self.current_version, self.pushed = version, True
         if self.export is not None and self.weights_dir is not None:
             path = self.weights_dir / f"v{version}"
@@ -423,8 +557,86 @@ class DistributedWeightSync:
             version=version,
             seconds=time.monotonic() - start,
             served=dict(self.served),
-            failed=failed,
+            failed=[c.base_url for c in self.clients if c.base_url in errors],
+            failures=self.failures.current(),
         )
+
+    async def _try_push(self, version: int) -> dict[str, str]:
+        """One broadcast of the weights as ``version`` to every engine (forming the group
+        first when there is none); engine URL → error for the engines that did not take it."""
+        if self.group is None:
+            try:
+                await self._form_group()
+            except (EngineError, RuntimeError, OSError) as exc:
+                # refused by an engine, or the rendezvous failed (torch's store errors are
+                # RuntimeErrors): no engine got the weights
+                why = f"the weight group could not be formed: {type(exc).__name__}: {exc}"
+                log.info("weight push v%d: %s", version, why)
+                return {c.base_url: why for c in self.clients}
+        assert self.group is not None
+        names, dtypes, shapes, items = _announced(self.tensors())
+        unpaused: EngineError | None = None
+        results: list[Any] = []
+        try:
+            try:
+                for c in self.clients:
+                    await c.pause_generation(mode="in_place")
+            except EngineError as exc:
+                unpaused = exc  # nothing is broadcast (the source is drained below)
+            else:
+                calls = [
+                    c.update_weights_from_distributed(
+                        names=names,
+                        dtypes=dtypes,
+                        shapes=shapes,
+                        group_name=self.group_name,
+                        weight_version=str(version),
+                        flush_cache=False,  # paused in place (see the module docstring)
+                        timeout=self.timeout_seconds,
+                    )
+                    for c in self.clients
+                ]
+                sending = asyncio.to_thread(_broadcast_all, self.group, names, items)
+                _, *results = await asyncio.gather(sending, *calls, return_exceptions=True)
+        finally:
+            # Whatever failed, the source is read to the end (trainer ranks wait to send).
+            await asyncio.to_thread(_drain, items)
+            for c in self.clients:
+                try:
+                    await c.flush_cache()  # refused (False) while requests are held
+                except EngineError as exc:
+                    log.warning("could not flush %s after a push: %s", c.base_url, exc)
+                try:
+                    await c.continue_generation()  # always: a paused engine serves nothing
+                except EngineError as exc:
+                    log.warning("could not resume %s after a push: %s", c.base_url, exc)
+        if unpaused is not None:
+            # that engine is likely down or restarting: the next try forms a new group
+            self.group.close()
+            self.group = None
+            why = f"{type(unpaused).__name__}: {unpaused}"
+            return {
+                c.base_url: why if c.base_url == unpaused.url else f"no broadcast: {why}"
+                for c in self.clients
+            }
+        errors: dict[str, str] = {}
+        for client, result in zip(self.clients, results, strict=True):
+            if isinstance(result, BaseException):
+                errors[client.base_url] = f"{type(result).__name__}: {result}"
+            elif not result.success:
+                errors[client.base_url] = (
+                    f"the engine refused weight version {version}: {result.message}"
+                )
+            else:
+                self._record(client.base_url, str(version))
+                continue
+            log.info("engine %s did not take v%d: %s", client.base_url, version, result)
+            self._record(client.base_url, None)
+        if errors:
+            # A member that failed mid-broadcast leaves the group unusable: form a new one next.
+            self.group.close()
+            self.group = None
+        return errors
 
     def _record(self, url: str, version: str | None) -> None:
         self.served[url] = version
@@ -442,12 +654,12 @@ class DistributedWeightSync:
                 self._record(client.base_url, None)
                 continue
             self._record(client.base_url, info.weight_version)
-            if info.weight_version != want:
+            if info.weight_version != want and client.base_url not in self.failures:
                 stale.append(client.base_url)
                 REPUSHES.labels(engine=client.base_url).inc()
         if stale:
             # The stale engine restarted and left the group: a new group, then the same weights.
-            await self._form_group()
+            self.close()
             await self.push(self.current_version)
         return stale
 
