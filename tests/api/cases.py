@@ -144,6 +144,36 @@ INVALID: list[Case] = [
         "spec.trainer.evaluation.tasks",
     ),
     Case(
+        "an evaluation set of its own while the dataset still holds tasks out of training",
+        spec(
+            {
+                "dataset": {"format": "swebench", "path": "/data/train.jsonl"},
+                "trainer": {"evaluation": {"dataset": {"format": "swebench", "path": "/d/e"}}},
+            }
+        ),
+        "spec.dataset.heldOutFraction",
+    ),
+    Case(
+        "an evaluation set in another format than the training set",
+        spec(
+            {
+                "dataset": {"format": "swebench", "path": "/data/t.jsonl", "heldOutFraction": 0},
+                "trainer": {"evaluation": {"dataset": {"format": "harbor", "path": "/data/h"}}},
+            }
+        ),
+        "spec.trainer.evaluation.dataset.format",
+    ),
+    Case(
+        "the toy tasks as an evaluation set (they are generated, not read)",
+        spec(
+            {
+                "dataset": {"heldOutFraction": 0},
+                "trainer": {"evaluation": {"dataset": {"format": "toy", "path": "/data/t"}}},
+            }
+        ),
+        "spec.trainer.evaluation.dataset.format",
+    ),
+    Case(
         "evaluation with no attempts",
         spec({"trainer": {"evaluation": {"attemptsPerTask": 0}}}),
         "spec.trainer.evaluation.attemptsPerTask",

@@ -271,6 +271,17 @@ def test_the_checkpoint_volume_must_be_a_pvc_name() -> None:
         },
         # a warm start on the megatron backend (its sft_step trains the stage on the GPUs)
         {"trainer": {"backend": "megatron", "warmStart": {"dataset": "/models/traces.jsonl"}}},
+        # the report's layout: trained on SWE-smith, measured on SWE-bench Verified
+        {
+            "dataset": {"format": "swebench", "path": "/data/smith.jsonl", "heldOutFraction": 0},
+            "trainer": {
+                "evaluation": {
+                    "tasks": 100,
+                    "attemptsPerTask": 4,
+                    "dataset": {"format": "swebench", "path": "/data/swe-bench-verified.jsonl"},
+                }
+            },
+        },
     ],
     ids=lambda p: yaml.safe_dump(p, default_flow_style=True).strip(),
 )

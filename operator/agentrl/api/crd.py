@@ -16,6 +16,7 @@ JSON Schema into a structural OpenAPI v3 schema the API server accepts:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -229,7 +230,14 @@ def openapi_schema() -> dict[str, Any]:
 
 
 def crd() -> dict[str, Any]:
-    """The CustomResourceDefinition object."""
+    """The CustomResourceDefinition object: plain data, no object shared between two places
+    (a model used twice, such as an enum, would otherwise be written as a YAML anchor and
+    alias, which the checked-in CRD must not carry)."""
+    body: dict[str, Any] = json.loads(json.dumps(_crd()))
+    return body
+
+
+def _crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -59,16 +59,58 @@ class AgentRLJobSpec(ManifestModel):
 
     cel_rules = (
         Rule(
-            cel="self.trainer.evaluation.tasks == 0 || self.dataset.heldOutFraction > 0.0",
+            cel="self.trainer.evaluation.tasks == 0 || has(self.trainer.evaluation.dataset) || "
+            "self.dataset.heldOutFraction > 0.0",
             message_expression="'trainer.evaluation.tasks (%d) needs held-out tasks: set "
-            "dataset.heldOutFraction above 0, or trainer.evaluation.tasks to 0 (no evaluation)'"
+            "dataset.heldOutFraction above 0, or trainer.evaluation.dataset to a task set of "
+            "its own, or trainer.evaluation.tasks to 0 (no evaluation)'"
             ".format([self.trainer.evaluation.tasks])",
             field_path=".trainer.evaluation.tasks",
-            check=lambda s: s.trainer.evaluation.tasks == 0 or s.dataset.held_out_fraction > 0.0,
+            check=lambda s: (
+                s.trainer.evaluation.tasks == 0
+                or s.trainer.evaluation.dataset is not None
+                or s.dataset.held_out_fraction > 0.0
+            ),
             message=lambda s: (
                 f"trainer.evaluation.tasks ({s.trainer.evaluation.tasks}) needs held-out tasks: "
-                "set dataset.heldOutFraction above 0, or trainer.evaluation.tasks to 0 "
-                "(no evaluation)"
+                "set dataset.heldOutFraction above 0, or trainer.evaluation.dataset to a task "
+                "set of its own, or trainer.evaluation.tasks to 0 (no evaluation)"
+            ),
+        ),
+        Rule(
+            cel="!has(self.trainer.evaluation.dataset) || self.dataset.heldOutFraction == 0.0",
+            message_expression="'dataset.heldOutFraction %s keeps tasks out of training that "
+            "nothing evaluates: trainer.evaluation.dataset is the held-out set; set "
+            "dataset.heldOutFraction to 0'.format([string(self.dataset.heldOutFraction)])",
+            field_path=".dataset.heldOutFraction",
+            check=lambda s: (
+                s.trainer.evaluation.dataset is None or s.dataset.held_out_fraction == 0
+            ),
+            message=lambda s: (
+                f"dataset.heldOutFraction {s.dataset.held_out_fraction} keeps tasks out of "
+                "training that nothing evaluates: trainer.evaluation.dataset is the held-out "
+                "set; set dataset.heldOutFraction to 0"
+            ),
+        ),
+        Rule(
+            cel="!has(self.trainer.evaluation.dataset) || "
+            "self.trainer.evaluation.dataset.format == self.dataset.format",
+            message_expression="'trainer.evaluation.dataset.format %s differs from "
+            "dataset.format %s: one sandbox template (its security profile follows the format) "
+            "serves both; evaluate on a set of the training format'"
+            ".format([self.trainer.evaluation.dataset.format, self.dataset.format])",
+            field_path=".trainer.evaluation.dataset.format",
+            check=lambda s: (
+                s.trainer.evaluation.dataset is None
+                or s.trainer.evaluation.dataset.format == s.dataset.format
+            ),
+            message=lambda s: (
+                f"trainer.evaluation.dataset.format "
+                f"{s.trainer.evaluation.dataset.format.value} differs from dataset.format "
+                f"{s.dataset.format.value}: one sandbox template (its security profile follows "
+                "the format) serves both; evaluate on a set of the training format"
+                if s.trainer.evaluation.dataset is not None
+                else ""
             ),
         ),
         Rule(

@@ -7,7 +7,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentrl.api.base import DNS_SUBDOMAIN_PATTERN, ManifestModel
+from agentrl.api.base import DNS_SUBDOMAIN_PATTERN, ManifestModel, ObjectName
+from agentrl.api.model import DatasetFormat, DatasetSpec
 from agentrl.api.quantities import Quantity
 from agentrl.api.rules import Rule
 
@@ -191,13 +192,55 @@ _NCCL_IFNAMES = rf"^(\^=?|=)?{_IFNAME}(,{_IFNAME})*$"
 _GLOO_IFNAMES = rf"^{_IFNAME}(,{_IFNAME})*$"
 
 
+class EvaluationDatasetSpec(ManifestModel):
+    """``spec.trainer.evaluation.dataset``: a task set of its own to measure pass@1 on, as the
+    report trained on SWE-smith and measured on SWE-bench Verified. Read like ``spec.dataset``
+    (same path rules, the same sandbox profile, ``spec.dataset.imagePullSecrets`` for its
+    images), in the same format, so one sandbox template serves both."""
+
+    format: DatasetFormat
+    """``swebench``, ``swesmith`` or ``harbor``, and the format of ``spec.dataset`` (the toy
+    tasks are generated, not read: hold some out with ``spec.dataset.heldOutFraction``)."""
+    path: str = Field(min_length=1, max_length=512)
+    """JSONL file or task directory, as the trainer reads it (``agentrl run``: a local path)."""
+    max_tasks: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Use at most this many of its tasks (after shuffling with ``spec.dataset.seed``)."""
+
+    cel_rules = (
+        Rule(
+            cel="self.format != 'toy'",
+            message_expression="'format toy: the toy tasks are generated, not read; hold some "
+            "out with spec.dataset.heldOutFraction and remove trainer.evaluation.dataset'",
+            field_path=".format",
+            check=lambda d: d.format != DatasetFormat.TOY,
+            message=lambda d: (
+                "format toy: the toy tasks are generated, not read; hold some out with "
+                "spec.dataset.heldOutFraction and remove trainer.evaluation.dataset"
+            ),
+        ),
+    )
+
+    def as_dataset(self, seed: int, image_pull_secrets: list[ObjectName]) -> DatasetSpec:
+        """The :class:`DatasetSpec` its tasks are loaded with (nothing held out of it)."""
+        return DatasetSpec(
+            format=self.format,
+            path=self.path,
+            held_out_fraction=0.0,
+            seed=seed,
+            max_tasks=self.max_tasks,
+            image_pull_secrets=image_pull_secrets,
+        )
+
+
 class EvaluationSpec(ManifestModel):
     """``spec.trainer.evaluation``: held-out pass@1 measured while the job trains.
 
     The driver evaluates at the start and every ``intervalSteps`` steps through the same rollout
     tier as training, beside it (never blocking a step): ``attemptsPerTask`` episodes on each of
-    ``tasks`` held-out tasks (``dataset.heldOutFraction``), sampled per stratum (the toy tasks'
-    bug kind, the SWE tasks' repository). Its episodes never enter a training step."""
+    ``tasks`` held-out tasks, sampled per stratum (the toy tasks' bug kind, the SWE tasks'
+    repository). The held-out tasks are those of ``dataset`` when it is set, else those
+    ``spec.dataset.heldOutFraction`` keeps out of training. Its episodes never enter a training
+    step."""
 
     interval_steps: int = Field(default=10, ge=0, le=100_000)
     """Evaluate at the start and after every this many steps; 0: only at the start."""
@@ -211,6 +254,10 @@ class EvaluationSpec(ManifestModel):
     """Share of ``sandbox.concurrency`` evaluation episodes may hold at once (at least one);
     they take their slots from the same in-effect concurrency as training's episodes, which
     run in the rest (live sandboxes never exceed the concurrency)."""
+    dataset: EvaluationDatasetSpec | None = None
+    """Tasks of their own to evaluate on (all of them eligible), instead of the share of
+    ``spec.dataset`` that ``heldOutFraction`` keeps out of training; ``spec.dataset`` is then
+    trained on whole (``heldOutFraction: 0``)."""
 
 
 class NetworkSpec(ManifestModel):

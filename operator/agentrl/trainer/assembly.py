@@ -47,7 +47,7 @@ from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.runtime import provider_limit
 from agentrl.rollout.scheduler import GatedEpisodes, RolloutScheduler
-from agentrl.rollout.tasks import load_tasks, split_held_out
+from agentrl.rollout.tasks import checked_evaluation_set, load_tasks, split_held_out
 from agentrl.rollout.tasks.model import Task, with_e2b_templates
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox import open_provider
@@ -80,15 +80,26 @@ class TaskSplit:
 
     @classmethod
     def of(cls, spec: AgentRLJobSpec) -> TaskSplit:
-        """The run's tasks, split. With ``sandbox.provider: e2b`` each task gets the template
-        of its image (``sandbox.e2b.templates``); a task whose image has none refuses the run
+        """The run's tasks, split: with ``trainer.evaluation.dataset`` the held-out tasks are
+        all of that set and ``spec.dataset`` is trained on whole (its ``heldOutFraction`` is 0,
+        the API refuses anything else), else ``spec.dataset`` split by ``heldOutFraction``.
+        With ``sandbox.provider: e2b`` each task gets the template of its image
+        (``sandbox.e2b.templates``); a task whose image has none refuses the run
         (:class:`~agentrl.rollout.tasks.model.MissingTemplateError`, naming task and image)."""
-        tasks = load_tasks(spec.dataset)
-        if spec.sandbox.provider == ProviderName.E2B:
-            e2b = spec.sandbox.e2b
-            tasks = with_e2b_templates(tasks, e2b.templates if e2b is not None else {})
+        tasks = cls._with_templates(spec, load_tasks(spec.dataset))
         train, held_out = split_held_out(tasks, spec.dataset.held_out_fraction, spec.dataset.seed)
+        evaluation = spec.trainer.evaluation.dataset
+        if evaluation is not None:
+            dataset = evaluation.as_dataset(spec.dataset.seed, spec.dataset.image_pull_secrets)
+            held_out = checked_evaluation_set(train, cls._with_templates(spec, load_tasks(dataset)))
         return cls(train=train, held_out=held_out)
+
+    @staticmethod
+    def _with_templates(spec: AgentRLJobSpec, tasks: list[Task]) -> list[Task]:
+        if spec.sandbox.provider != ProviderName.E2B:
+            return tasks
+        e2b = spec.sandbox.e2b
+        return with_e2b_templates(tasks, e2b.templates if e2b is not None else {})
 
     @property
     def all(self) -> list[Task]:

@@ -31,6 +31,7 @@ __all__ = [
     "ReferenceSolution",
     "RewardFileVerification",
     "Task",
+    "checked_evaluation_set",
     "generate_toy_tasks",
     "load_dataset",
     "load_tasks",
@@ -115,3 +116,20 @@ def split_held_out(tasks: list[Task], fraction: float, seed: int) -> tuple[list[
     count = round(len(ordered) * fraction)
     held = {t.id for t in ordered[:count]}
     return [t for t in tasks if t.id not in held], [t for t in tasks if t.id in held]
+
+
+def checked_evaluation_set(train: list[Task], evaluation: list[Task]) -> list[Task]:
+    """``evaluation`` (``spec.trainer.evaluation.dataset``'s tasks) when none of them is also a
+    training task; else :class:`DatasetError` naming the shared ids: a task evaluated on must
+    never be trained on, or pass@1 measures memory."""
+    trained = {t.id for t in train}
+    shared = [t.id for t in evaluation if t.id in trained]
+    if shared:
+        shown = ", ".join(shared[:5]) + (f" and {len(shared) - 5} more" if len(shared) > 5 else "")
+        raise DatasetError(
+            f"trainer.evaluation.dataset shares {len(shared)} task(s) with spec.dataset: {shown}; "
+            "a task evaluated on must not be trained on: remove them from one of the two files"
+        )
+    if not evaluation:
+        raise DatasetError("trainer.evaluation.dataset has no task")
+    return evaluation
