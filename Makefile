@@ -14,8 +14,17 @@ help: ## Show this help
 install: ## Install agentrl with the local-run and developer extras (editable)
 	$(PIP) install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
 
+HF_MODEL := .agentrl/models/qwen3-mini
+HF_TRACES := .agentrl/traces/toy.jsonl
+
 .PHONY: run
-run: install ## Install, then train the quickstart job on this machine (agentrl run)
+run: install ## Install, then the main job on this machine: an HF-format model, SFT warm start, GRPO
+	@test -f $(HF_MODEL)/config.json || agentrl model create $(HF_MODEL) --preset mini --seed 0
+	@test -f $(HF_TRACES) || agentrl tasks traces examples/quickstart-hf.yaml --out $(HF_TRACES)
+	agentrl run examples/quickstart-hf.yaml
+
+.PHONY: run-tiny
+run-tiny: install ## The built-in tiny policy's quickstart: the whole loop in about 5 minutes, no HF model
 	agentrl run examples/quickstart.yaml
 
 .PHONY: test

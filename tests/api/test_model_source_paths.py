@@ -20,11 +20,12 @@ from tests.api.cases import BASE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-#: Example → the directory its pods must read, written out by hand.
+#: Example → the directory its pods must read and the claim mounted there, written out by hand.
 ON_A_PVC = {
-    "mi355x-report.yaml": "/models/Qwen3-30B-A3B-Instruct-2507",
-    "e2b.yaml": "/models/Qwen3-30B-A3B-Instruct-2507",
-    "small-cluster.yaml": "/models/Qwen3-8B",
+    "mi355x-report.yaml": ("/models/Qwen3-30B-A3B-Instruct-2507", "models"),
+    "e2b.yaml": ("/models/Qwen3-30B-A3B-Instruct-2507", "models"),
+    "small-cluster.yaml": ("/models/Qwen3-8B", "models"),
+    "quickstart-cluster-hf.yaml": ("/models/qwen3-mini", "qwen3-mini-model"),
 }
 
 
@@ -36,8 +37,8 @@ def test_every_example_on_a_pvc_is_listed_here() -> None:
     assert on_pvc == set(ON_A_PVC)
 
 
-@pytest.mark.parametrize(("name", "want"), sorted(ON_A_PVC.items()))
-def test_the_example_resolves_to_the_directory_it_means(name: str, want: str) -> None:
+@pytest.mark.parametrize(("name", "want", "claim"), [(k, *v) for k, v in sorted(ON_A_PVC.items())])
+def test_the_example_resolves_to_the_directory_it_means(name: str, want: str, claim: str) -> None:
     text = (EXAMPLES / name).read_text()
     job = load_job(text)
     args = launch_args(job)
@@ -53,7 +54,7 @@ def test_the_example_resolves_to_the_directory_it_means(name: str, want: str) ->
                   for v in pod["volumes"] if "persistentVolumeClaim" in v}
         mounts = {m["mountPath"]: m["name"] for c in pod["containers"]
                   for m in c.get("volumeMounts", [])}
-        assert claims[mounts["/models"]] == "models", (kind, claims, mounts)
+        assert claims[mounts["/models"]] == claim, (kind, claims, mounts)
 
 
 def _with_source(source: dict[str, str]) -> str:

@@ -268,8 +268,9 @@ def test_the_trainer_base_is_no_longer_the_python_3_10_megatron_image() -> None:
 EXTRAS = {
     "operator": (),
     "rocm-trainer": ("training", "ray", "megatron", "hf"),
-    # the tiny engine loads pushed weights with safetensors (torch itself is the base's)
-    "sglang-engine": ("training",),
+    # the CPU engine serves HF model directories with transformers and loads pushed weights
+    # with safetensors (torch itself is the base's)
+    "sglang-engine": ("training", "hf"),
 }
 
 

@@ -273,8 +273,9 @@ async def _warm_start(
     stop: StopRequest | None,
 ) -> Any:
     """The warm start before RL (:func:`agentrl.trainer.assembly.warm_up`), with the three
-    evaluations' first two: the model as given (waited for, before the stage begins; not again
-    on a restart) and, through the driver's evaluation at step 0, the warm-started weights."""
+    evaluations' first two, each waited for with the whole concurrency (nothing trains
+    meanwhile): the model as given (before the stage begins; not again on a restart) and the
+    warm-started weights (again on a restart before RL's first step)."""
     from agentrl.api.wire import CHAT_TEMPLATE_MOUNT_PATH, model_path
     from agentrl.rollout.conversations import job_turn_tokenizer
     from agentrl.rollout.tasks import offered_edits
@@ -301,7 +302,11 @@ async def _warm_start(
     if warm.done:
         tracker.on_warm_start(warm)
         if evaluation is not None and state.step == 0:
-            evaluation.warm_start_done()  # the driver's evaluation at the start measures it
+            # the warm-started weights, waited for like the base: with the driver's evaluation
+            # at the start beside training, step 1's push would reach the engines while it ran
+            # and the figure would mix two weight versions
+            evaluation.warm_start_done()
+            await evaluation.run_now(0)
     return warm
 
 
