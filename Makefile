@@ -32,7 +32,7 @@ test: install ## The whole suite, as CI runs it: lint, mypy, prepare, every test
 	bash scripts/test.sh
 
 .PHONY: test-fast
-test-fast: install ## Lint, mypy and the unit tests of pure code: no prepare, no cluster
+test-fast: install ## Lint, mypy and the unit tests of pure code on every core: no prepare, no cluster, no processes (about 2 min)
 	bash scripts/test.sh --fast
 
 .PHONY: lint
@@ -48,6 +48,10 @@ typecheck: ## mypy --strict on the API and the pure reconcile layer
 crds: ## Regenerate crds/ and the chart's CRD template from the models
 	agentrl crds --write crds/
 	agentrl crds --helm --write charts/agentrl/templates/crds/
+
+.PHONY: wire-schema
+wire-schema: ## Pin the wire contract's schema under its version (tests/api/wire_schemas/)
+	$(PYTHON) scripts/wire_schema.py
 
 .PHONY: helm-lint
 helm-lint: ## helm lint --strict on the chart
@@ -69,6 +73,7 @@ cluster-down: ## Stop the local control plane
 bench: ## Run the CPU benchmarks (each prints one JSON object)
 	$(PYTHON) bench/operator_apply.py --jobs 100 --json
 	$(PYTHON) bench/rollout_concurrency.py --concurrency 2048 --json
+	$(PYTHON) bench/stop_grace.py --json
 	$(PYTHON) bench/local_learning.py
 
 .PHONY: images

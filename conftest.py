@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster
+from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster, wait_for
 
 pytest_plugins = ("tests.tiers",)
 
@@ -51,7 +51,24 @@ def crd_installed(cluster: ClusterHandle) -> None:
     admin = cluster.kubectl()
     for path in sorted(Path("crds").glob("*.yaml")):
         admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    admin.run("wait", "--for=condition=Established", "--timeout=60s", "crd/agentrljobs.agentrl.dev")
+    # `kubectl wait` fails at once instead of waiting while a just-created CRD's
+    # status.conditions is still null (".status.conditions accessor error: <nil>"): try again
+    wait_for(
+        lambda: (
+            admin.run(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=20s",
+                "crd/agentrljobs.agentrl.dev",
+                check=False,
+                timeout=30,
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        interval=0.5,
+        what="the AgentRLJob CRD to be Established",
+    )
 
 
 @pytest.fixture(scope="session")

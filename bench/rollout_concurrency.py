@@ -119,11 +119,15 @@ from agentrl.rollout.runtime import (
     worker_concurrency,
 )
 from agentrl.rollout.tasks.model import NamedTestsVerification, Task
+from agentrl.rollout.text_actions import parse_text_action
+from agentrl.rollout.toolcalls import ParsedReply
 from agentrl.sandbox.provider import ExecResult, SandboxBase, SandboxRequest
 
 OBSERVATION_TOKEN = 2
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 8
+#: The generated ids of a reply that runs a command, and of one that submits.
+BASH_TOKEN, SUBMIT_TOKEN = 7, 8
 TEST_ID = "tests/test_bench.py::test_ok"
 
 
@@ -283,9 +287,8 @@ def _serve(
 
 def engine_server(port: int, latency: float, turns: int, ready: Any) -> None:
     counters = _Counters()
-    ids = [7] * OUTPUT_TOKENS
-
     def answer(text: str) -> bytes:
+        ids = [SUBMIT_TOKEN if text == "submit" else BASH_TOKEN] * OUTPUT_TOKENS
         meta = {
             "id": "x",
             "finish_reason": {"type": "stop"},
@@ -539,14 +542,32 @@ class HttpSandboxProvider:
 
 
 class BenchTokenizer:
+    """Fixed ids: a prompt of ``PROMPT_TOKENS``, each observation ``2 3 3 3``; a reply of
+    ``SUBMIT_TOKEN`` ids submits, any other runs ``bash true`` (text actions)."""
+
+    observation_role = "tool"
+
+    def task_message(self, task: Task) -> str:
+        return task.instruction
+
     def initial_ids(self, system: str, user: str) -> list[int]:
         return [1] * PROMPT_TOKENS
+
+    def parse_reply(self, generated: Sequence[int]) -> ParsedReply:
+        submits = bool(generated) and generated[0] == SUBMIT_TOKEN
+        return parse_text_action("submit" if submits else "bash true")
 
     def close_turn_ids(self, generated: Sequence[int]) -> list[int]:
         return []
 
-    def observation_ids(self, observation: str) -> list[int]:
+    def tool_results_ids(self, results: Sequence[str]) -> list[int]:
         return [OBSERVATION_TOKEN, 3, 3, 3]
+
+    def append_ids(self, messages: Sequence[Any]) -> list[int]:
+        return [OBSERVATION_TOKEN, 3, 3, 3]
+
+    def prefix_checker(self) -> None:
+        return None
 
     def decode(self, ids: Sequence[int]) -> str:
         return ""

@@ -5,9 +5,10 @@ Everything on the episode path is real except the model: the :class:`RolloutSche
 :class:`EpisodeRunner` with the token-level agent, the verifier, and the kubernetes sandbox
 provider talking to kube-apiserver (pods created from the job's hardened template, scheduled,
 started by kwok, commands through the exec subresource, deleted at episode end). The engine is
-an in-process double that answers ``bash sed …`` (the fix) then ``submit``, so every episode
-does a little exec work (write the repository, edit it, run the test command: three exec round
-trips) and earns reward 1 only if that work really happened in its pod's directory.
+an in-process double that answers ``apply wrong_constant`` (the task's candidate edit: the fix)
+then ``submit``, so every episode does a little exec work (write the repository, apply the edit,
+run the test command, each through the exec subresource) and earns reward 1 only if that work
+really happened in its pod's directory.
 
 Live pods are counted from the API server itself: a watch on pods with the job's sandbox
 labels, started from a consistent list, counts pods not yet deleted after every event, in the
@@ -39,7 +40,7 @@ from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import EpisodeRunner
 from agentrl.rollout.scheduler import RolloutScheduler
-from agentrl.rollout.tasks.model import NamedTestsVerification, Task
+from agentrl.rollout.tasks.model import CandidateEdit, NamedTestsVerification, Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox.kubernetes import (
     KubeApiTransport,
@@ -58,15 +59,16 @@ pytestmark = [
 
 EPISODES = 1000
 TEST_ID = "tests/test_app.py::test_value"
-FIX = "bash sed -i s/BUG/OK/ app.py"
+#: The fix as the tiny policy's text action (an edit name in its vocabulary).
+FIX = "apply wrong_constant"
 #: (concurrency, episodes finished before the next change): start at 24, raise to 32, lower to
 #: 8, raise back to 24 for the rest.
 PHASES: Sequence[tuple[int, int]] = ((24, 250), (32, 550), (8, 640), (24, EPISODES))
 
 
 class ApplyThenSubmitEngine:
-    """``/generate`` double: the fix as a shell command on an episode's first turn, ``submit``
-    after (a tool observation in the context means the first turn is done)."""
+    """``/generate`` double: the fix (the task's candidate edit) on an episode's first turn,
+    ``submit`` after (a tool observation in the context means the first turn is done)."""
 
     base_url = "http://engine-double"
 
@@ -108,6 +110,9 @@ def tasks(root: Path) -> Iterator[Task]:
             instruction="Make test_value pass.",
             workdir=str(root / f"t{number}"),
             files={"app.py": "VALUE = 'BUG'\n"},
+            candidate_edits=[
+                CandidateEdit(name="wrong_constant", path="app.py", old="'BUG'", new="'OK'")
+            ],
             verification=NamedTestsVerification(
                 fail_to_pass=[TEST_ID],
                 # What pytest would print, without starting a Python per episode.

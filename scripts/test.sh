@@ -9,14 +9,20 @@
 # `agentrl dev prepare`, which builds or installs everything the tests need (the control plane
 # and node binaries from pinned Go modules, the SGLang environment, the images, the node's
 # packages; cached under ~/.cache/agentrl, seconds once cached) as its own step, so no test
-# spends its timeout on a build; then every test: unit tests, tests against the real
-# kube-apiserver and the real node, contracts with the real SGLang, the e2e suites.
+# spends its timeout on a build; then every test in two pytest runs: the unit tests of pure code
+# on every core (the --fast tier's tests), then one at a time the rest (`prepared or slow`):
+# tests against the real kube-apiserver and the real node, contracts with the real SGLang, the
+# e2e suites, the tests that start processes. With pytest arguments, one run of what they name.
 #
-# --fast: lint and mypy, then only the unit tests of pure code (`-m "not prepared"`: the marker
-# tests/tiers.py sets on every test that needs what prepare builds). No prepare, and pytest runs
-# with an empty cache (XDG_CACHE_HOME, GOMODCACHE) and no AGENTRL_DEV_BIN_DIR,
-# KUBEBUILDER_ASSETS or AGENTRL_TEST_KUBECONFIG: a test that reaches a prepared product fails
-# there on every machine instead of passing on one that happens to have it.
+# --fast: lint and mypy, then only the unit tests of pure code (`-m "not prepared and not
+# slow"`: `prepared` is the marker tests/tiers.py sets on every test that needs what prepare
+# builds; `slow` marks the tests that start processes — Ray, a server, the trainer, `agentrl
+# run` — or train). They run on every core (pytest-xdist, WORKERS, default auto), and a test
+# not marked slow that takes over UNIT_BUDGET seconds (default 20) fails, naming the marker: the
+# tier stays fast as tests are added. No prepare, and pytest runs with an empty cache
+# (XDG_CACHE_HOME, GOMODCACHE) and no AGENTRL_DEV_BIN_DIR, KUBEBUILDER_ASSETS or
+# AGENTRL_TEST_KUBECONFIG: a test that reaches a prepared product fails there on every machine
+# instead of passing on one that happens to have it.
 #
 # pytest prints the 25 slowest tests and fails a test over its time budget unless it is on
 # tests/slow_tests.txt; this script prints each step's wall time at the end, pass or fail.
@@ -24,6 +30,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 tier=all
+WORKERS=${WORKERS:-auto}
+UNIT_BUDGET=${UNIT_BUDGET:-20}
 if [ "${1:-}" = "--fast" ]; then
   tier=fast
   shift
@@ -65,13 +73,29 @@ step mypy mypy || exit 1
 if [ "$tier" = all ]; then
   # Everything the suite needs, built before pytest starts; stops here naming what is missing.
   step prepare agentrl dev prepare || exit 1
-  step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
-  status=$?
+  if [ "$#" -gt 0 ]; then
+    step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
+    status=$?
+  else
+    # The unit tests of pure code (make test-fast's) on every core, then the rest, one at a
+    # time: they start clusters, nodes, Ray and servers that share the machine's two cores.
+    step unit python3 -m pytest -q -p no:cacheprovider --durations=10 \
+      -m "not prepared and not slow" -n "$WORKERS"
+    unit=$?
+    step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 -m "prepared or slow"
+    status=$?
+    if [ "$unit" -eq 5 ] || [ "$status" -eq 5 ]; then
+      status=5
+    elif [ "$status" -eq 0 ]; then
+      status=$unit
+    fi
+  fi
 else
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/agentrl-test-fast.XXXXXX")
   step pytest env -u AGENTRL_DEV_BIN_DIR -u KUBEBUILDER_ASSETS -u AGENTRL_TEST_KUBECONFIG \
     XDG_CACHE_HOME="$scratch/cache" GOMODCACHE="$scratch/gomodcache" \
-    python3 -m pytest -q -p no:cacheprovider --durations=25 -m "not prepared" "$@"
+    python3 -m pytest -q -p no:cacheprovider --durations=25 -m "not prepared and not slow" \
+    --unit-budget "$UNIT_BUDGET" -n "$WORKERS" "$@"
   status=$?
 fi
 

@@ -274,6 +274,38 @@ def test_the_option_overrides_the_ini_and_zero_turns_the_budget_off(
     _run(slow_suite, "--test-budget", "0").assert_outcomes(passed=8, failed=1)
 
 
+UNIT = """
+import time
+import pytest
+
+def test_quick():
+    pass
+
+def test_unmarked_and_slow():
+    time.sleep(0.6)
+
+@pytest.mark.slow
+def test_marked_slow():
+    time.sleep(0.6)
+"""
+
+
+def test_the_fast_tiers_budget_fails_an_unmarked_test_over_it_and_names_the_slow_marker(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_unit=UNIT)
+    pytester.makeini("[pytest]\nmarkers =\n    slow: takes long\n")
+    result = _run(pytester, "-rA", "--unit-budget", "0.3")
+    result.assert_outcomes(passed=2, failed=1)
+    failed = [line for line in result.outlines if line.startswith("FAILED ")]
+    assert len(failed) == 1 and "test_unmarked_and_slow" in failed[0], failed
+    text = result.stdout.str()
+    assert "> 0.3 s (--unit-budget)" in text
+    assert "marked `pytest.mark.slow`, which `make test-fast` leaves out" in text
+    # without the option (make test) nothing is judged by it
+    _run(pytester).assert_outcomes(passed=3)
+
+
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [

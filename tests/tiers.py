@@ -15,7 +15,9 @@ Go's module cache) gets the marker ``prepared`` at collection, whatever it was m
 - a test whose own code reaches one; code of its module outside the test functions (a helper,
   a module fixture) that reaches one marks every test of the module.
 
-``make test-fast`` runs ``-m "not prepared"``: the unit tests of pure code. It also runs them
+``make test-fast`` runs ``-m "not prepared and not slow"``: the unit tests of pure code (``slow``,
+set by hand, marks a test that starts processes or trains; ``--unit-budget`` below keeps it
+honest). It also runs them
 with an empty cache, so a test that reaches a product some other way fails there instead of
 silently using this machine's; a failing test whose message names ``agentrl dev prepare`` and
 that is not marked gets a section saying how to classify it.
@@ -27,6 +29,10 @@ its node id is listed, with the reason, in the file named by ini ``slow_tests``
 test (module, package or session scope: the cluster, a Ray instance, a built container) is not
 counted: it is paid once for many tests. Over budget in setup plus call fails the call; over
 only once teardown is counted fails the teardown.
+
+**The fast tier's budget.** With ``--unit-budget SECONDS`` (``make test-fast``: 20), a test not
+marked ``slow`` that takes longer fails, naming the marker: a new test that starts processes is
+found the first time the fast tier runs it, not when the tier has grown slow.
 """
 
 from __future__ import annotations
@@ -183,6 +189,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="override the ini test_budget (0: no budget)",
     )
+    parser.addoption(
+        "--unit-budget",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a test not marked slow that takes longer fails (make test-fast's budget; 0: none)",
+    )
 
 
 class SlowListError(pytest.UsageError):
@@ -238,6 +251,8 @@ class Budget:
     seconds: float
     listed: dict[str, str]
     list_file: str
+    unit_seconds: float = 0.0
+    """The fast tier's budget for a test not marked ``slow`` (0: none; ``--unit-budget``)."""
     _shared: float = 0.0
     """Seconds the current phase spent setting up or tearing down shared fixtures."""
     _depth: int = 0
@@ -293,18 +308,35 @@ class Budget:
             times.teardown = own
             del self._times[item.nodeid]
             due = times.judged_at_teardown and report.passed
-        if not due or self.seconds <= 0 or self.is_listed(item.nodeid):
+        if not due:
             return report
-        if times.total() > self.seconds:
+        over = self._over_budget(item, times)
+        if over is not None:
             report.outcome = "failed"
-            report.longrepr = (
-                f"over the time budget: {times.total():.1f} s ({times.phases()}; fixtures "
-                f"shared with other tests not counted) > {self.seconds:g} s (test_budget); a "
-                f"test that must take longer is listed with its reason in {self.list_file}"
-            )
+            report.longrepr = over
         elif report.when == "call":
             times.judged_at_teardown = True
         return report
+
+    def _over_budget(self, item: pytest.Item, times: _Times) -> str | None:
+        """Why ``item`` is over a budget so far (None: within both)."""
+        spent = (
+            f"{times.total():.1f} s ({times.phases()}; fixtures shared with other tests not "
+            "counted)"
+        )
+        if self.seconds > 0 and not self.is_listed(item.nodeid) and times.total() > self.seconds:
+            return (
+                f"over the time budget: {spent} > {self.seconds:g} s (test_budget); a test that "
+                f"must take longer is listed with its reason in {self.list_file}"
+            )
+        unmarked = item.get_closest_marker("slow") is None
+        if self.unit_seconds > 0 and unmarked and times.total() > self.unit_seconds:
+            return (
+                f"over the fast tier's budget: {spent} > {self.unit_seconds:g} s "
+                "(--unit-budget); a test that takes longer is marked `pytest.mark.slow`, which "
+                "`make test-fast` leaves out, or made smaller"
+            )
+        return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -316,5 +348,6 @@ def pytest_configure(config: pytest.Config) -> None:
     seconds = float(option if option is not None else config.getini("test_budget"))
     name = str(config.getini("slow_tests"))
     listed = read_slow_list(config.rootpath / name, config.rootpath)
-    config.pluginmanager.register(Budget(seconds, listed, name), "agentrl-test-budget")
+    unit = float(config.getoption("--unit-budget") or 0)
+    config.pluginmanager.register(Budget(seconds, listed, name, unit), "agentrl-test-budget")
 

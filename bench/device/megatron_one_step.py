@@ -23,6 +23,10 @@ not yet run on a GPU in this form.
    ``torch_dist`` checkpoint save, one more step, a load (weights bit-equal to the saved ones,
    step counter restored) and the same step again (``resume_bit_equal``: the resumed step gives
    the same weights as the first time, so the optimizer state came back too); the HF export.
+   ``checkpoint_saves``: the stop's checkpoint timed (:func:`timed_checkpoint`: a
+   :class:`~agentrl.trainer.checkpoint.CheckpointStore` save, as the driver writes it on
+   SIGTERM, then every file fsynced; bytes, seconds, GB/s), here and after each throughput
+   shape's steps, the figure ``bench/stop_grace.py`` measures for the torch backend.
 1b. **The warm start** (``warm_start``, :func:`warm_start_check`) — a second backend (KL
    reference on) takes ``sft_step`` updates on one packed batch of two conversations (two
    trajectories' tokens, trained on their second halves): the first update's loss against the
@@ -50,7 +54,10 @@ not yet run on a GPU in this form.
    bf16, SDPA attention, packed micro-batches, activation recompute above 8k tokens) taking GRPO
    steps on one trajectory of 4k and of 16k tokens: tokens/s and model TFLOP/s under the
    convention of :data:`FLOPS_CONVENTION` (:func:`model_flops`), peak memory. Cases that would
-   start after ``--budget-s`` seconds are listed as skipped.
+   start after ``--budget-s`` seconds are listed as skipped. After a shape's steps its
+   checkpoint save is timed (``checkpoint_saves``, 14 bytes per parameter: bf16 weights, fp32
+   main weights and two Adam moments; 8.3 GB for 0.6B, 23.8 GB for 1.7B), unless
+   ``--no-bench-checkpoint``; each is deleted once measured.
 
 ``--cpu`` runs the same script without a GPU: gloo instead of nccl, float32, no megatron step
 (megatron-core's schedules and gradient buffers need CUDA) — the parity check (megatron's
@@ -276,7 +283,7 @@ RESULT_KEYS = frozenset(
     {
         "mode", "device", "model", "parity", "steps", "checkpoint_restored_weights",
         "checkpoint_restored_iteration", "resume_bit_equal", "warm_start", "exported_files", "push",
-        "torch_step", "throughput", "flops_convention", "seconds", "init",
+        "torch_step", "throughput", "flops_convention", "seconds", "init", "checkpoint_saves",
     }
 )  # fmt: skip
 #: Parity tolerances on the max absolute logprob difference (fp32) and the mean one (bf16).
@@ -565,13 +572,66 @@ def parity(spec: Any, work: Path, *, gpu: bool) -> list[dict[str, Any]]:
     return cases
 
 
+# -- the stop's checkpoint, timed ---------------------------------------------------------------
+
+
+def timed_checkpoint(backend: Any, root: Path, *, label: str, gpu: bool) -> dict[str, Any]:
+    """One checkpoint of ``backend`` written as the driver writes the stop's
+    (:meth:`CheckpointStore.save`: the backend's ``torch_dist`` save into a temporary
+    directory, ``driver.json``, the rename into place), timed; then every file and directory of
+    it fsynced (the bytes on the device), timed apart; then deleted. The figure
+    ``bench/stop_grace.py`` measures for the torch backend: seconds per GB of checkpoint."""
+    import shutil
+
+    from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+
+    store = CheckpointStore(root)
+    if gpu:
+        torch.cuda.synchronize()
+    os.sync()
+    start = time.monotonic()
+    path = store.save(backend, DriverState(step=int(getattr(backend, "iteration", 0))))
+    save_s = time.monotonic() - start
+    entries = sorted(path.rglob("*"))
+    files = [p for p in entries if p.is_file()]
+    start = time.monotonic()
+    for entry in [*files, *(p for p in entries if p.is_dir()), path, root]:
+        fd = os.open(entry, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_s = time.monotonic() - start
+    size = sum(p.stat().st_size for p in files)
+    params = sum(p.numel() for p in backend.model.parameters())
+    shutil.rmtree(root)
+    durable = save_s + fsync_s
+    return {
+        "label": label,
+        "parameters": params,
+        "bytes": size,
+        "files": len(files),
+        "bytes_per_parameter": round(size / params, 3) if params else None,
+        "save_s": round(save_s, 3),
+        "fsync_s": round(fsync_s, 3),
+        "durable_s": round(durable, 3),
+        "gb_per_s": round(size / 1e9 / durable, 3) if durable > 0 else None,
+    }
+
+
 # -- throughput ---------------------------------------------------------------------------------
 
 
 def throughput(
-    spec: Any, work: Path, shapes: list[str], tokens: list[int], deadline: float
+    spec: Any,
+    work: Path,
+    shapes: list[str],
+    tokens: list[int],
+    deadline: float,
+    saves: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """GRPO steps of bench-shaped models on one trajectory of each length: tokens/s, TFLOP/s."""
+    """GRPO steps of bench-shaped models on one trajectory of each length: tokens/s, TFLOP/s.
+    ``saves``: each shape's checkpoint save, timed after its steps, is appended to it."""
     from agentrl.trainer.hf_config import read_hf_config
     from agentrl.trainer.megatron_backend import MegatronBackend
 
@@ -622,6 +682,8 @@ def throughput(
                     "loss_finite": math.isfinite(stats.loss),
                 }
             )
+        if saves is not None and backend.iteration > 0 and time.monotonic() < deadline:
+            saves.append(timed_checkpoint(backend, work / f"ckpt-{shape}", label=shape, gpu=True))
         del backend
         torch.cuda.empty_cache()
     return cases
@@ -678,6 +740,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=420.0,
         help="throughput cases that would start later than this (seconds from the start) are "
         "skipped",
+    )
+    parser.add_argument(
+        "--bench-checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time a checkpoint save of each throughput shape after its steps (the stop grace "
+        "period's figure: bench/stop_grace.py)",
     )
     parser.add_argument(
         "--cpu",
@@ -791,6 +860,9 @@ def main(argv: list[str] | None = None) -> None:
         backend.train_step(samples)  # the same step from the restored state
         result["resume_bit_equal"] = _equal(_params(backend), after_one_more)
         result["resume_iteration"] = backend.iteration == iteration + 1
+    result["checkpoint_saves"] = [
+        timed_checkpoint(backend, work / "ckpt-store", label="one-step model", gpu=gpu)
+    ]
     backend.export_weights(work / "export")
     result["exported_files"] = sorted(p.name for p in (work / "export").iterdir())
     result["push"] = push_to_receiver(backend, work / "export", work)
@@ -817,7 +889,12 @@ def main(argv: list[str] | None = None) -> None:
             update={"algorithm": spec.algorithm.model_copy(update={"mini_batches": 1})}
         )  # one trajectory per step: one mini-batch
         result["throughput"] = throughput(
-            one_update, work, args.bench_shapes, args.bench_tokens, deadline
+            one_update,
+            work,
+            args.bench_shapes,
+            args.bench_tokens,
+            deadline,
+            saves=result["checkpoint_saves"] if args.bench_checkpoint else None,
         )
     else:
         result["throughput"] = []

@@ -84,8 +84,25 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from agentrl.api.wire import WIRE_VERSION  # only here: ``agentrl --help`` stays cheap
+
+    click.echo(f"agentrl {__version__} (wire contract {WIRE_VERSION})")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="agentrl")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and the wire contract version (operator and images must be at most "
+    "one minor version of it apart), then exit.",
+)
 def main() -> None:
     """agentrl: agentic RL jobs on Kubernetes clusters of AMD Instinct GPUs.
 

@@ -96,11 +96,16 @@ RULE_CASES: list[tuple[dict[str, Any], str, str]] = [
     ),
     (
         {
-            "inference": {**TINY_ENGINE, "extraArgs": ["--log-requests"]},
+            "inference": {
+                **TINY_ENGINE,
+                "extraArgs": ["--fault-weight-updates-after=2", "--log-requests"],
+            },
             "trainer": {"backend": "torch", "gpusPerNode": 0},
         },
         "spec.inference.extraArgs",
-        "extraArgs are SGLang flags and server tiny takes none: remove them",
+        "extraArgs entry --log-requests is not a fault-injection --flag=value of server tiny "
+        "(--fault-line, --fault-after-requests, --fault-mode, --fault-weight-updates-after), "
+        "the only extraArgs it takes; SGLang flags need server sglang",
     ),
     (
         {"inference": TINY_ENGINE},

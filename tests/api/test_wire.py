@@ -145,8 +145,58 @@ def test_the_operator_reads_a_report_with_unknown_keys_and_reads_none_for_garbag
     pod = pod_from_object(
         {"metadata": {"name": "p", "annotations": {wire.ANNOTATION_WATCHDOG: raw}}}
     )
-    assert pod.watchdog == WatchdogReport(state="Ready", ready=True)
+    # written without a version: read as 1.0, the contract before it carried one
+    assert pod.watchdog == WatchdogReport(wire_version="1.0", state="Ready", ready=True)
     garbage = pod_from_object(
         {"metadata": {"name": "p", "annotations": {wire.ANNOTATION_WATCHDOG: "{"}}}
     )
     assert garbage.watchdog is None
+
+
+_TOOLS = wire.ToolHealth(
+    episodes=40,
+    replies=160,
+    calls_per_episode=3.5,
+    parse_failure_rate=0.0625,
+    no_tool_call_rate=0.125,
+    submit_rate=0.75,
+    prefix_break_rate=0.025,
+    end_reasons=wire.EndReasonCounts(
+        submitted=30, turn_cap=6, token_cap=3, wall_clock=1, infra_error=2
+    ),
+)
+
+
+async def test_the_trainers_progress_with_tool_health_is_read_back_equal_by_the_operator() -> None:
+    from agentrl.trainer.progress import LightkubeProgressReporter
+
+    progress = wire.TrainerProgress(step=12, truncated_rate=0.15, tools=_TOOLS)
+    client = _PatchRecorder()
+    await LightkubeProgressReporter(pod_name="swe-trainer-0", namespace="ns", client=client).report(
+        progress
+    )
+    (patch,) = client.patches
+    raw = patch["metadata"]["annotations"][wire.ANNOTATION_PROGRESS]
+    tools = json.loads(raw)["tools"]
+    assert (tools["noToolCallRate"], tools["endReasons"]["turnCap"]) == (0.125, 6)
+    pod = pod_from_object(
+        {"metadata": {"name": "swe-trainer-0", "annotations": patch["metadata"]["annotations"]}}
+    )
+    assert pod.progress == progress
+
+
+def test_an_older_trainers_progress_without_tool_health_still_parses() -> None:
+    raw = json.dumps({"step": 3, "lastCheckpointStep": 2, "truncatedRate": 0.5})
+    pod = pod_from_object(
+        {"metadata": {"name": "p", "annotations": {wire.ANNOTATION_PROGRESS: raw}}}
+    )
+    assert pod.progress == wire.TrainerProgress(
+        wire_version="1.0", step=3, last_checkpoint_step=2, truncated_rate=0.5
+    )
+    assert pod.progress.tools is None
+    # and a newer trainer's unknown keys inside it are ignored, not the whole report
+    newer = {"step": 3, "tools": {"episodes": 1, "newerRate": 0.5, "endReasons": {"x": 1}}}
+    pod = pod_from_object(
+        {"metadata": {"name": "p", "annotations": {wire.ANNOTATION_PROGRESS: json.dumps(newer)}}}
+    )
+    assert pod.progress is not None and pod.progress.tools == wire.ToolHealth(episodes=1)

@@ -38,6 +38,8 @@ def test_the_command_line_defaults_and_choices() -> None:
     assert args.bench_tokens == [4096, 16384]
     assert args.parity is True and args.cpu is False
     assert args.budget_s == 420.0
+    assert args.bench_checkpoint is True
+    assert script.parse_args(["--no-bench-checkpoint"]).bench_checkpoint is False
     other = script.parse_args(
         ["--no-parity", "--bench-shapes", "", "--bench-tokens", "1024, 2048", "--cpu"]
     )
@@ -130,3 +132,9 @@ def test_the_cpu_mode_pushes_every_tensor_and_takes_a_torch_step() -> None:
     )
     assert result["torch_step"]["tokens"] == answers
     assert result["torch_step"]["finite"] is True
+    # the stop's checkpoint, timed (the figure of bench/stop_grace.py): the one-step model's
+    # here, the throughput shapes' too on a GPU
+    (save,) = result["checkpoint_saves"]
+    assert save["label"] == "one-step model" and save["files"] > 0
+    assert save["bytes"] > 4 * save["parameters"] > 0  # fp32 weights and more
+    assert save["durable_s"] == pytest.approx(save["save_s"] + save["fsync_s"], abs=2e-3)

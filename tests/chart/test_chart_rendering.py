@@ -318,7 +318,8 @@ def test_alerts_watch_job_conditions_engine_faults_and_infra_errors(helm: Helm) 
     assert set(alerts) == {"AgentRLJobFailed", "AgentRLJobDegraded", "AgentRLOperatorDown",
                            "AgentRLEngineFaultRateHigh", "AgentRLInfraErrorRateHigh",
                            "AgentRLToolCallParseFailureRateHigh", "AgentRLNoToolCallRateHigh",
-                           "AgentRLPrefixBreakRateHigh", "AgentRLWeightPushFailing"}
+                           "AgentRLPrefixBreakRateHigh", "AgentRLWeightPushFailing",
+                           "AgentRLCheckpointSaveFailing"}
     assert alerts["AgentRLJobFailed"]["expr"] == (
         'agentrl_jobs_by_condition{condition="Failed",status="True"} > 0')
     assert alerts["AgentRLJobDegraded"]["expr"] == (
@@ -360,6 +361,30 @@ def test_weight_push_alert_fires_on_failed_pushes_in_a_row_per_engine(helm: Helm
     assert tuned["expr"].endswith(">= 5")
     with pytest.raises(HelmError, match="prometheusRule/weightPushFailures"):
         helm.template({"metrics": {"prometheusRule": {"weightPushFailures": 0}}})
+
+
+def test_checkpoint_save_alert_fires_on_failed_saves_in_a_row_per_job(helm: Helm) -> None:
+    from agentrl.reconcile.status import CHECKPOINT_SAVE_FAILURES_DEGRADED
+    from agentrl.trainer.checkpoint_saves import CONSECUTIVE_FAILURES
+
+    rule = _alerts(helm.template({"metrics": {"prometheusRule": {"enabled": True}}}))[
+        "AgentRLCheckpointSaveFailing"]
+    # by default at the count from which the operator sets Degraded (the first failed save)
+    assert rule["expr"] == (
+        "max by (namespace, agentrl_job) (agentrl_trainer_checkpoint_consecutive_failures)"
+        f" >= {CHECKPOINT_SAVE_FAILURES_DEGRADED}")
+    assert rule["labels"] == {"severity": "critical"}
+    assert rule["annotations"]["summary"] == (
+        "{{ $labels.namespace }}/{{ $labels.agentrl_job }}: {{ $value }} checkpoint saves in a"
+        " row failed")
+    # the series the trainer exports (no label of its own: one trainer driver per job)
+    assert CONSECUTIVE_FAILURES._name == "agentrl_trainer_checkpoint_consecutive_failures"
+    assert CONSECUTIVE_FAILURES._labelnames == ()
+    tuned = _alerts(helm.template({"metrics": {"prometheusRule": {
+        "enabled": True, "checkpointSaveFailures": 2}}}))["AgentRLCheckpointSaveFailing"]
+    assert tuned["expr"].endswith(">= 2")
+    with pytest.raises(HelmError, match="prometheusRule/checkpointSaveFailures"):
+        helm.template({"metrics": {"prometheusRule": {"checkpointSaveFailures": 0}}})
 
 
 def test_tool_health_alerts_watch_parse_failures_turns_without_calls_and_prefix_breaks(

@@ -1,6 +1,8 @@
 """A held-out evaluation on the real API server: the trainer's progress annotation carries it,
 the reconciler writes it into ``status.rollout`` (the ``Pass@1`` printer column) and posts one
-``Evaluated`` event per evaluation — none again from a restarted operator."""
+``Evaluated`` event per evaluation — none again from a restarted operator. The rollout's tool
+health takes the same path into ``status.rollout.tools``, which the CRD must declare (the API
+server drops what it does not)."""
 
 from __future__ import annotations
 
@@ -140,3 +142,37 @@ async def test_the_warm_start_stage_and_the_three_points_reach_status(
         0.375,
         0.625,
     )
+
+
+@pytest.mark.usefixtures("crd_installed")
+async def test_tool_health_reaches_status_rollout_tools(
+    cluster: ClusterHandle, kubectl: Kubectl, namespace: str
+) -> None:
+    """The silent failure in plain sight: an agent that never calls a tool."""
+    kubectl.apply(MANIFEST)
+    tools = {
+        "episodes": 30,
+        "replies": 240,
+        "callsPerEpisode": 0.0,
+        "parseFailureRate": 0.0,
+        "noToolCallRate": 1.0,
+        "submitRate": 0.0,
+        "prefixBreakRate": 0.0,
+        "endReasons": {"turnCap": 30, "infraError": 2},
+    }
+    kubectl.apply(_rank0_pod({"step": 3, "truncatedRate": 0.9375, "tools": tools}))
+    await reconcile_once(cluster.kubeconfig, namespace, NAME)
+
+    rollout = kubectl.json("get", "arj", NAME)["status"]["rollout"]
+    assert rollout["tools"] == {
+        **tools,
+        "endReasons": {
+            "submitted": 0,
+            "turnCap": 30,
+            "tokenCap": 0,
+            "wallClock": 0,
+            "infraError": 2,
+        },
+    }
+    path = "{.status.rollout.tools.noToolCallRate}"
+    assert kubectl.run("get", "arj", NAME, "-o", f"jsonpath={path}").stdout == "1"

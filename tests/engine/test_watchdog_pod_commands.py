@@ -58,6 +58,7 @@ def _status(url: str) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_tiny_engine_pods_watchdog_finds_its_engine_and_reports_ready(tmp_path: Path) -> None:
     job = load_job(EXAMPLE.read_text())

@@ -90,6 +90,12 @@ def test_a_chaos_run_counts_infra_errors_and_trains_on_none_of_them(tmp_path: Pa
     logged = sum(s["infra_errors"] for s in steps)
     assert 0 < logged <= received <= summary["infra_errors"]
     assert all(s["infra_errors"] == s["classes"].get("infra_error", 0) for s in steps)
+    # ... and its tool health counts them per end reason and in no rate
+    tools = summary["tools"]
+    assert sum(tools["end_reasons"].values()) == summary["trajectories"]
+    assert tools["end_reasons"]["infra_error"] == received
+    assert tools["episodes"] == summary["trajectories"] - received
+    assert all(s["tools"]["end_reasons"]["infra_error"] == s["infra_errors"] for s in steps)
     # ... and by every step, no more trajectories were trained on than non-infra ones received
     trained = usable = 0
     for s in steps:

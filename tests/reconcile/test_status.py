@@ -265,6 +265,8 @@ def test_every_condition_type_is_present_in_a_fixed_order_with_the_generation():
         "Failed",
         "Degraded",
         "GPUsAvailable",
+        "CheckpointSaved",
+        "WireCompatible",
     ]
     assert {c.observed_generation for c in result.status.conditions} == {7}
     assert result.status.observed_generation == 7
@@ -376,6 +378,69 @@ def test_trainer_progress_is_lifted_from_rank_zero():
     assert status.rollout.trajectories_per_hour == 1092.9  # rounded for the Traj/h column
 
 
+def _with_progress(objects, progress):
+    return _replace_pod(
+        objects,
+        "demo-trainer-0-x",
+        make_pod("demo-trainer-0-x", "trainer")
+        .running()
+        .annotated("batch.kubernetes.io/job-completion-index", "0")
+        .annotated("agentrl.dev/progress", progress)
+        .obj(),
+    )
+
+
+TOOLS = {
+    "episodes": 38,
+    "replies": 152,
+    "callsPerEpisode": 0.5,
+    "parseFailureRate": 0.25,
+    "noToolCallRate": 0.75,
+    "submitRate": 0.125,
+    "endReasons": {"submitted": 5, "turnCap": 33, "infraError": 2},
+}
+
+
+def test_tool_health_is_lifted_into_status_rollout_tools():
+    job = make_job().with_engines(2).obj()
+    objects = _with_progress(_healthy_objects(), {"step": 4, "truncatedRate": 0.8, "tools": TOOLS})
+    tools = _compute(job, objects).status.rollout.tools
+    assert tools is not None
+    assert (tools.episodes, tools.replies, tools.calls_per_episode) == (38, 152, 0.5)
+    assert (tools.parse_failure_rate, tools.no_tool_call_rate, tools.submit_rate) == (
+        0.25,
+        0.75,
+        0.125,
+    )
+    assert tools.prefix_break_rate is None  # not reported: no token-level episodes
+    assert tools.end_reasons.model_dump() == {
+        "submitted": 5,
+        "turn_cap": 33,
+        "token_cap": 0,
+        "wall_clock": 0,
+        "infra_error": 2,
+    }
+    # as the API server receives it: camelCase, unset rates left out
+    body = status_body(_compute(job, objects).status)["rollout"]["tools"]
+    assert body["noToolCallRate"] == 0.75 and "prefixBreakRate" not in body
+
+
+def test_a_report_without_tool_health_keeps_the_one_in_status():
+    """A restarted trainer reports before its first step (an evaluation) without it; an older
+    trainer never reports it (then it stays unset)."""
+    first = _compute(
+        make_job().with_engines(2).obj(),
+        _with_progress(_healthy_objects(), {"step": 4, "tools": TOOLS}),
+    )
+    job = make_job().with_engines(2).with_status(first.status.to_manifest()).obj()
+    kept = _compute(job, _with_progress(_healthy_objects(), {"step": 4, "passAt1": 0.5}))
+    assert kept.status.rollout.tools == first.status.rollout.tools
+    older = _compute(
+        make_job().with_engines(2).obj(), _with_progress(_healthy_objects(), {"step": 4})
+    )
+    assert older.status.rollout.tools is None
+
+
 def test_weights_synced_compares_ready_engines_with_the_trainers_version():
     def engine(name, version):
         return (
@@ -439,7 +504,7 @@ def test_a_suspending_job_keeps_its_engines_until_the_trainer_has_checkpointed()
     result = _compute(job, _healthy_objects(engines=2))  # the trainer pod still runs
     cond = _cond(result, "Suspended")
     assert (cond.status, cond.reason) == ("False", "Suspending")
-    assert "1 trainer pods stopping, at most 900s" in cond.message
+    assert "1 trainer pods stopping, at most 1200s" in cond.message
     assert (_cond(result, "Ready").status, _cond(result, "Ready").reason) == (
         "False",
         "Suspending",

@@ -136,7 +136,7 @@ def test_suspend_is_passed_to_the_job_and_no_deadline_without_one():
 def test_the_trainer_pods_grace_period_is_the_checkpoint_stop_grace_period():
     default = make_job("swe").obj()
     pod = trainer.trainer_job(default, BuildContext.for_job(default))["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == 900
+    assert pod["terminationGracePeriodSeconds"] == 1200
     job = SWE.copy().with_trainer(checkpoint={"stopGracePeriodSeconds": 3600}).obj()
     pod = trainer.trainer_job(job, BuildContext.for_job(job))["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == 3600

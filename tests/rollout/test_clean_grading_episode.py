@@ -7,11 +7,12 @@ The task is the synthetic SWE-bench instance of :mod:`tests.rollout.test_swebenc
 real git repository in local sandboxes, its eval script run and graded as the harness does).
 Agents are scripted: one calls the native tools (:class:`~agentrl.rollout.swe_tools.
 SWEToolRunner`) as a tool-calling model's replies would, the other is the token-level agent
-driven by a scripted engine's text actions.
+driven by a scripted engine's text actions (a chat tokenizer without a tool-call parser).
 """
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,15 +20,17 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from transformers import PreTrainedTokenizerFast
 
 from agentrl.api.rollout import FailurePolicy, TerminalClass
-from agentrl.rollout.agent import TokenAgent, TrajectoryBuilder, WordTurnTokenizer
+from agentrl.rollout.agent import TokenAgent, TrajectoryBuilder
 from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.episode import Agent, EpisodeRunner, grades_patch
+from agentrl.rollout.hf_model_files import build_tokenizer
+from agentrl.rollout.hf_tokenizer import HFTurnTokenizer
 from agentrl.rollout.swe_tools import SWEToolRunner
 from agentrl.rollout.tasks.model import Task
-from agentrl.rollout.tools import ToolRunner
 from agentrl.rollout.trajectory import Trajectory, TruncationCap
 from agentrl.rollout.verifier import GradeStatus, verify
 from agentrl.sandbox.errors import SandboxCreateError
@@ -88,9 +91,8 @@ class CallingAgent:
         self.calls = list(calls)
 
     async def run(
-        self, episode_id: str, task: Task, tools: ToolRunner, out: TrajectoryBuilder
+        self, episode_id: str, task: Task, tools: SWEToolRunner, out: TrajectoryBuilder
     ) -> None:
-        assert isinstance(tools, SWEToolRunner)
         for name, arguments in self.calls:
             result = await tools.call(name, arguments)
             if result.submitted:
@@ -109,20 +111,31 @@ def runner(
         provider=provider,  # type: ignore[arg-type]
         agent=agent,
         caps=EpisodeCaps(
-            **{"max_turns": 10, "tool_timeout_seconds": 60, "verifier_timeout_seconds": 120}
-            | caps
+            **{"max_turns": 10, "tool_timeout_seconds": 60, "verifier_timeout_seconds": 120} | caps
         ),
         failure_policy=FailurePolicy(infra_retries=retries),
         sleep=no_sleep,
     )
 
 
+@functools.cache
+def _tokenizer() -> PreTrainedTokenizerFast:
+    return build_tokenizer(template="qwen3-instruct")
+
+
 def token_agent(script: list[str], **caps: Any) -> TokenAgent:
-    engine = ScriptedEngine(script)
+    """The token-level agent in text actions (a chat model's tokenizer without a tool-call
+    parser, so a scripted shell command reaches the sandbox as written)."""
+    tok = _tokenizer()
+    engine = ScriptedEngine(
+        script,
+        encode=lambda text: list(tok.encode(text, add_special_tokens=False)),
+        end_id=tok.convert_tokens_to_ids("<|im_end|>"),
+    )
     return TokenAgent(
         EnginePool([engine]),
-        WordTurnTokenizer(),
-        EpisodeCaps(**{"max_turns": 10, "max_tokens_per_turn": 64} | caps),
+        HFTurnTokenizer(tok),
+        EpisodeCaps(**{"max_turns": 10, "max_tokens_per_turn": 256} | caps),
     )
 
 
@@ -306,9 +319,7 @@ async def test_a_text_action_agent_that_commits_its_fix_keeps_it_in_the_patch(
 
 async def test_a_toy_task_is_still_scored_in_the_agents_own_sandbox() -> None:
     provider = FakeProvider(pytest_handler)
-    trajectory = await episode(
-        runner(provider, token_agent(["apply fix", "submit"])), toy_task()
-    )
+    trajectory = await episode(runner(provider, token_agent(["apply fix", "submit"])), toy_task())
     assert (trajectory.terminal_class, trajectory.reward, trajectory.grade_status) == (
         TerminalClass.COMPLETED,
         1.0,

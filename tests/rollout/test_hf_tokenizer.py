@@ -26,7 +26,6 @@ from agentrl.rollout.hf_tokenizer import (
     load_hf_turn_tokenizer,
 )
 from agentrl.rollout.runtime import turn_tokenizer_for
-from agentrl.rollout.tools import ToolRunner
 from agentrl.sandbox.fake import FakeProvider
 from tests.rollout.fakes import LOGPROB, ScriptedEngine, pytest_handler, toy_task
 
@@ -265,8 +264,10 @@ async def test_the_token_agent_records_an_episode_in_the_models_chat_format(
     assert trajectory.terminal_class == TerminalClass.COMPLETED
     assert trajectory.reward == 1.0
 
-    tools = ToolRunner(None, task, timeout_seconds=1, output_max_bytes=1)  # type: ignore[arg-type]
-    user = f"{task.instruction}\n\n{tools.describe()}"
+    user = (
+        f"{task.instruction}\n\nReply with exactly one action on the first line:\n"
+        "run_tests | view PATH | bash CMD | apply EDIT_NAME | submit\ncandidate edits: fix decoy"
+    )
     observation = trajectory.turns[0].observation
     end = special(tok, "<|im_end|>")
     prompt = encode(

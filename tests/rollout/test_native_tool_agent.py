@@ -288,7 +288,11 @@ async def test_an_episode_in_native_tool_calls_is_the_templates_rendering_of_it(
     assert [lp for lp, m in zip(out.logprobs, out.loss_mask, strict=True) if m] == (
         [LOGPROB] * sum(len(r) for r in replies)
     )
-    assert out.prefix_break is None
+    assert out.tool_use.prefix_break is None
+    # The episode's own count: five calls (bash; str_replace; bash and view; submit), one
+    # unreadable reply, one reply without a call.
+    use = out.tool_use
+    assert (use.calls, use.call_errors, use.turns_without_call) == (5, 1, 1)
 
     # Counted: one malformed call, one turn without a call, two bash calls; seven prefix checks
     # (before each of six generations and at the end), all matching.
@@ -354,7 +358,7 @@ async def test_a_reply_tokenised_off_the_canonical_ids_is_a_break_masked_from_th
     start1, start2 = len(engine.inputs[0]), len(engine.inputs[1])
     assert out.token_ids[start1 : start1 + len(reply1)] == reply1
     broken_at = start1 + first_difference(split, canonical)
-    assert out.prefix_break == broken_at
+    assert out.tool_use.prefix_break == broken_at
     # The loss: on the first reply up to the break, nowhere after it (the second reply too).
     expected = [0] * len(out.token_ids)
     expected[start1:broken_at] = [1] * (broken_at - start1)
@@ -405,7 +409,7 @@ async def test_a_turn_cap_ends_a_native_episode_after_the_last_observation(
     )
     assert isinstance(text, str)
     assert out.token_ids == encode(tok, text)
-    assert out.prefix_break is None
+    assert out.tool_use.prefix_break is None
 
 
 def test_a_tokenizer_without_a_parser_keeps_the_text_actions() -> None:

@@ -340,5 +340,5 @@ async def test_apply_edit_applies_a_toy_tasks_named_edit_and_only_where_offered(
         )
         refused = await plain.call("apply_edit", {"name": "off_by_one"})
         assert refused.observation == (
-            "unknown tool 'apply_edit'; the tools are: bash, str_replace_editor, submit"
+            "unknown tool 'apply_edit'; the tools are: bash, str_replace_editor, submit, run_tests"
         )

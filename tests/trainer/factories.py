@@ -14,6 +14,7 @@ from agentrl.rollout.tasks.toy import generate_toy_tasks
 from agentrl.rollout.trajectory import Trajectory, TruncationCap
 from agentrl.trainer.batching import TrainSample
 from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.checkpoint_saves import Sleep
 from agentrl.trainer.loop import Backend, StepRecord, TaskOrder, TaskStream, TrainingDriver
 from agentrl.trainer.stats import LossStats, StepStats
 from agentrl.trainer.stopping import StopRequest
@@ -121,9 +122,16 @@ class FakeSync:
         return []
 
 
-def toy_spec(*, group_size: int, per_step: int, max_steps: int) -> AgentRLJobSpec:
+def toy_spec(
+    *,
+    group_size: int,
+    per_step: int,
+    max_steps: int,
+    checkpoint: dict[str, Any] | None = None,
+) -> AgentRLJobSpec:
     """A job on toy tasks, the torch backend without GPUs, ``maxStaleness`` 1 and a checkpoint
-    every 100 steps (none in these short runs but at a stop)."""
+    every 100 steps (none in these short runs but at a stop); ``checkpoint``: fields of
+    ``trainer.checkpoint`` to set instead (camelCase)."""
     return AgentRLJobSpec.model_validate(
         {
             "model": {"source": {"path": "tiny"}},
@@ -136,7 +144,7 @@ def toy_spec(*, group_size: int, per_step: int, max_steps: int) -> AgentRLJobSpe
                 "trajectoriesPerStep": per_step,
                 "maxSteps": max_steps,
                 "async": {"maxStaleness": 1},
-                "checkpoint": {"intervalSteps": 100},
+                "checkpoint": {"intervalSteps": 100, **(checkpoint or {})},
             },
         }
     )
@@ -156,13 +164,18 @@ def toy_driver(
     steps_log: Path | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     stop: StopRequest | None = None,
+    checkpoint: dict[str, Any] | None = None,
+    checkpoints: CheckpointStore | None = None,
+    save_sleep: Sleep | None = None,
 ) -> tuple[TrainingDriver, RolloutScheduler]:
     """A :class:`TrainingDriver` of :func:`toy_spec` on ``backend`` with a :class:`FakeSync`,
     checkpointing under ``root``, and the scheduler that runs its episodes with ``runner``
     (``runner.run(task, group_id=..., policy_version=...)``). ``stream``: by default the first
     8 toy tasks in seed 0's order from the start; ``state``: where a resumed run starts (the
-    admission and the weight version at its step). The caller runs the driver and cancels
-    the scheduler."""
+    admission and the weight version at its step); ``checkpoint``: :func:`toy_spec`'s;
+    ``checkpoints``: the store (by default one under ``root``); ``save_sleep``: the driver's
+    wait between tries of a failed save. The caller runs the driver and cancels the
+    scheduler."""
     if state is None:
         state = DriverState()
     if stream is None:
@@ -176,9 +189,11 @@ def toy_driver(
         group_size=group_size,
     )  # fmt: skip
     driver = TrainingDriver(
-        spec=toy_spec(group_size=group_size, per_step=per_step, max_steps=max_steps),
+        spec=toy_spec(
+            group_size=group_size, per_step=per_step, max_steps=max_steps, checkpoint=checkpoint
+        ),
         backend=backend, source=scheduler, admission=admission, stream=stream, state=state,
-        weight_sync=FakeSync(state.step), checkpoints=CheckpointStore(root),
-        steps_log=steps_log, on_step=on_step, stop=stop,
+        weight_sync=FakeSync(state.step), checkpoints=checkpoints or CheckpointStore(root),
+        steps_log=steps_log, on_step=on_step, stop=stop, save_sleep=save_sleep,
     )  # fmt: skip
     return driver, scheduler

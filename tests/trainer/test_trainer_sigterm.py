@@ -92,6 +92,7 @@ def _steps(checkpoints: Path) -> list[int]:
     return [StepRecord.model_validate_json(line).step for line in log.read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_checkpoints_the_last_step_exits_143_and_a_restart_continues_after_it(
     tmp_path: Path,
@@ -146,6 +147,7 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_and_stops(
     local_ray: None, tmp_path: Path
@@ -182,6 +184,7 @@ def test_under_ray_sigterm_to_pod_0_reaches_the_driver_actor_which_checkpoints_a
 EXAMPLE_HF = Path(__file__).parents[2] / "examples" / "quickstart-hf.yaml"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sigterm_in_the_warm_start_checkpoints_it_and_a_restart_finishes_it_then_trains(
     tmp_path: Path,

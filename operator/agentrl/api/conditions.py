@@ -21,6 +21,13 @@ class ConditionType(StrEnum):
     GPUS_AVAILABLE = "GPUsAvailable"
     """Whether the nodes matching the job's GPU placement have the allocatable GPUs its engines
     and trainer pods need (``reconcile.preflight``)."""
+    CHECKPOINT_SAVED = "CheckpointSaved"
+    """Whether the trainer's last checkpoint save succeeded (False while saves fail, with the
+    step and the error; ``reconcile.status.checkpoint_verdict``)."""
+    WIRE_COMPATIBLE = "WireCompatible"
+    """Whether the job's workloads and the operator speak wire contract versions (of
+    ``runtime.yaml`` and the workloads' annotations) at most one minor version apart
+    (``reconcile.wire_skew``)."""
 
 
 class Reason(StrEnum):
@@ -42,6 +49,14 @@ class Reason(StrEnum):
     WEIGHT_PUSH_FAILING = "WeightPushFailing"
     """Degraded=True and WeightsSynced=False: the trainer's weight pushes to an engine failed
     several times in a row (``reconcile.status.WEIGHT_PUSH_FAILURES_DEGRADED``)."""
+    # checkpoints
+    CHECKPOINT_SAVE_FAILING = "CheckpointSaveFailing"
+    """Degraded=True and CheckpointSaved=False: the trainer's checkpoint saves fail (each after
+    ``checkpoint.saveAttempts`` tries; ``reconcile.status.CHECKPOINT_SAVE_FAILURES_DEGRADED``)."""
+    CHECKPOINT_WRITTEN = "CheckpointWritten"
+    """CheckpointSaved=True: the trainer's last save succeeded."""
+    NO_CHECKPOINT_YET = "NoCheckpointYet"
+    """CheckpointSaved=Unknown: no checkpoint written since the start, and none failed."""
     # trainer
     TRAINER_RUNNING = "TrainerRunning"
     TRAINER_PENDING = "TrainerPending"
@@ -68,3 +83,13 @@ class Reason(StrEnum):
     CAPACITY_NOT_CHECKED = "CapacityNotChecked"
     NO_GPUS_REQUESTED = "NoGPUsRequested"
     WAITING_FOR_TRAINER = "WaitingForTrainerPlacement"
+    # wire contract versions (WireCompatible; VersionSkew also ends the job: Failed)
+    VERSIONS_COMPATIBLE = "VersionsCompatible"
+    """WireCompatible=True: every workload that reported speaks a version the operator reads."""
+    VERSION_SKEW = "VersionSkew"
+    """WireCompatible=False: a workload and the operator are more than one minor version of the
+    wire contract apart; the message names both. Failed=True with this reason when the trainer
+    refused the operator's ``runtime.yaml`` (a restart of the same image can only refuse it
+    again)."""
+    VERSIONS_NOT_REPORTED = "VersionsNotReported"
+    """WireCompatible=Unknown: no workload has written anything yet."""

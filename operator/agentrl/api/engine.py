@@ -247,6 +247,39 @@ def sets_config_file(arg: str) -> bool:
     )
 
 
+#: The ``agentrl engine serve-tiny`` flags ``extraArgs`` may carry with ``server: tiny``: its
+#: fault injection (``agentrl.tiny.server``), a test and chaos tool — an engine that crashes,
+#: hangs, stalls or stops taking weights on cue. The tiny engine's other flags are the spec's
+#: (``engine_flags.tiny_args``). Each is one entry, ``--flag=value``, so that no value is read
+#: as an entry of its own.
+TINY_EXTRA_FLAGS = (
+    "--fault-line",
+    "--fault-after-requests",
+    "--fault-mode",
+    "--fault-weight-updates-after",
+)
+
+
+def tiny_extra_arg(arg: str) -> bool:
+    """``arg`` is one of :data:`TINY_EXTRA_FLAGS`, written ``--flag=value``."""
+    return "=" in arg and arg.split("=", 1)[0] in TINY_EXTRA_FLAGS
+
+
+_CEL_TINY_FLAGS = "[" + ", ".join(_cel_string(f) for f in TINY_EXTRA_FLAGS) + "]"
+_CEL_TINY_ARG = f"(a.contains('=') && a.split('=')[0] in {_CEL_TINY_FLAGS})"
+#: What follows ``extraArgs entry ENTRY`` in the refusal, from the API server and from
+#: ``agentrl validate`` alike.
+_TINY_EXTRA_REFUSAL = (
+    f"is not a fault-injection --flag=value of server tiny ({', '.join(TINY_EXTRA_FLAGS)}), "
+    "the only extraArgs it takes; SGLang flags need server sglang"
+)
+
+
+def _tiny_extra_message(s: InferenceSpec) -> str:
+    first = next(a for a in s.extra_args if not tiny_extra_arg(a))
+    return f"extraArgs entry {first} {_TINY_EXTRA_REFUSAL}"
+
+
 def _managed_message(s: InferenceSpec) -> str:
     first = next(a for a in s.extra_args if managed_flag(a))
     flag = managed_flag(first) or ""
@@ -381,7 +414,9 @@ class InferenceSpec(ManifestModel):
     accepts (``--flag``, ``--flag=value``, an abbreviation): flags that disable graphs, a
     ``--config`` file, and the flags the spec sets itself (``--model-path``, ``--tp-size``,
     ``--context-length``, ``--mem-fraction-static``, ``--cuda-graph-max-bs``, ``--port``, ...;
-    set the typed field instead)."""
+    set the typed field instead). With ``server: tiny``: only the tiny engine's fault injection,
+    ``--flag=value`` each (``--fault-mode``, ``--fault-after-requests``, ``--fault-line``,
+    ``--fault-weight-updates-after``; a test and chaos tool, see ``docs/engine.md``)."""
 
     cel_rules = (
         node_selector_rule("nodeSelector", "node_selector"),
@@ -408,12 +443,17 @@ class InferenceSpec(ManifestModel):
             ),
         ),
         Rule(
-            cel="self.server != 'tiny' || self.extraArgs.size() == 0",
-            message_expression="'extraArgs are SGLang flags and server tiny takes none: remove "
-            "them'",
+            cel=f"self.server != 'tiny' || self.extraArgs.all(a, {_CEL_TINY_ARG})",
+            message_expression=let(
+                "e",
+                f"self.extraArgs.filter(a, !{_CEL_TINY_ARG})[0]",
+                f"'extraArgs entry %s {_TINY_EXTRA_REFUSAL}'.format([e])",
+            ),
             field_path=".extraArgs",
-            check=lambda s: s.server != EngineServer.TINY or not s.extra_args,
-            message=lambda s: "extraArgs are SGLang flags and server tiny takes none: remove them",
+            check=lambda s: (
+                s.server != EngineServer.TINY or all(tiny_extra_arg(a) for a in s.extra_args)
+            ),
+            message=_tiny_extra_message,
             reason="FieldValueForbidden",
         ),
         Rule(

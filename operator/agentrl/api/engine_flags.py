@@ -287,7 +287,9 @@ def tiny_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
     """The ``agentrl engine serve-tiny`` arguments of a ``server: tiny`` engine: the same model
     path, served name, context, request cap and initial weight version an SGLang engine gets,
     the log where the watchdog reads it, and the dataset's seed, from which the trainer builds
-    the same initial policy (weight version 0 is identical on both sides)."""
+    the same initial policy (weight version 0 is identical on both sides); then
+    ``spec.inference.extraArgs``, which with ``server: tiny`` are the tiny engine's fault
+    injection flags (``TINY_EXTRA_FLAGS``)."""
     inference = job.spec.inference
     # fmt: off
     return [
@@ -300,6 +302,7 @@ def tiny_args(job: AgentRLJob, port: int = ENGINE_PORT) -> list[str]:
         "--max-running-requests", str(inference.max_running_requests),
         "--seed", str(job.spec.dataset.seed),
         "--log-file", ENGINE_LOG_FILE,
+        *inference.extra_args,
     ]
     # fmt: on
 

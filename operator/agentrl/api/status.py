@@ -87,6 +87,47 @@ class TrainerStatus(ManifestModel):
     """Loss of the warm start's last update (mean negative logprob of its assistant tokens)."""
 
 
+class EndReasonStatus(ManifestModel):
+    """Episodes per way they ended."""
+
+    submitted: int = 0
+    """The agent called ``submit``."""
+    turn_cap: int = 0
+    """``rollout.maxTurns`` reached without a submit."""
+    token_cap: int = 0
+    """The trajectory token budget (``rollout.maxTrajectoryTokens``) ran out."""
+    wall_clock: int = 0
+    """The episode's wall clock ran out."""
+    infra_error: int = 0
+    """The sandbox, engine or verifier failed; left out of every tool-health rate."""
+
+
+class ToolHealthStatus(ManifestModel):
+    """How the agent uses its tools, over every training episode so far (infra errors left
+    out); a rate is unset until it has a denominator."""
+
+    episodes: int = 0
+    """Episodes counted (infra errors left out)."""
+    replies: int = 0
+    """The model's replies (turns) in those episodes."""
+    calls_per_episode: float | None = None
+    """Tool calls read from the replies (``submit`` included) per episode."""
+    parse_failure_rate: float | None = None
+    """Share of replies whose tool calls could not be read (malformed, unknown tool, bad
+    arguments): ``spec.model.toolCallParser`` does not read what the model writes."""
+    no_tool_call_rate: float | None = None
+    """Share of replies that called no tool at all; near 1: the agent answers in prose and
+    never acts."""
+    submit_rate: float | None = None
+    """Share of episodes that ended with the agent calling ``submit``."""
+    prefix_break_rate: float | None = None
+    """Share of the episodes checked against the chat template (native tool calls) whose
+    tokens stopped being its rendering of the conversation (nothing after the break is
+    trained on)."""
+    end_reasons: EndReasonStatus = Field(default_factory=EndReasonStatus)
+    """Episodes per end reason, infra errors included."""
+
+
 class RolloutStatus(ManifestModel):
     """Rollout figures reported by the driver."""
 
@@ -113,6 +154,9 @@ class RolloutStatus(ManifestModel):
     """Share of episodes that ended in infra_error (retried, never trained on)."""
     truncated_rate: float = 0.0
     """Share of episodes truncated by a cap."""
+    tools: ToolHealthStatus | None = None
+    """Tool health: calls per episode, parse failures, replies without a call, submits,
+    prefix breaks and episodes per end reason; unset until the trainer reports it."""
 
 
 class AgentRLJobStatus(ManifestModel):
@@ -122,12 +166,12 @@ class AgentRLJobStatus(ManifestModel):
     """The .metadata.generation the operator last acted on."""
     conditions: list[Condition] = Field(default_factory=list)
     """Ready, EnginesReady, SandboxPoolReady, TrainerReady, WeightsSynced, Suspended, Complete,
-    Failed, Degraded, GPUsAvailable."""
+    Failed, Degraded, GPUsAvailable, CheckpointSaved, WireCompatible."""
     ready_reason: str | None = None
     """The Ready condition's reason, as a printer column."""
     degraded_reason: str | None = None
-    """The Degraded condition's reason while it is True (``WatchdogCrashLoop``,
-    ``WeightPushFailing``), as a printer column; unset otherwise."""
+    """The Degraded condition's reason while it is True (``CheckpointSaveFailing``,
+    ``WatchdogCrashLoop``, ``WeightPushFailing``), as a printer column; unset otherwise."""
     start_time: str | None = None
     """When the job first started running (RFC 3339)."""
     completion_time: str | None = None

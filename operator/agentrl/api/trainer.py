@@ -177,12 +177,28 @@ class Checkpoint(ManifestModel):
         default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN
     )
     """StorageClass of that PVC (a DNS-1123 subdomain); unset uses the cluster default."""
-    stop_grace_period_seconds: int = Field(default=900, ge=30, le=86_400)
+    stop_grace_period_seconds: int = Field(default=1200, ge=30, le=86_400)
     """Seconds a trainer pod has, once told to stop (the job suspended, its node drained, the
     pod deleted), to finish its step, write a checkpoint and exit before Kubernetes kills it:
-    the pods' ``terminationGracePeriodSeconds``. Size it for one step plus one checkpoint
-    write; the default leaves a 30B model's step and ~0.4 TB of weights and optimizer state at
-    about 1 GB/s. While the job is suspending, engines stay up for at most this long."""
+    the pods' ``terminationGracePeriodSeconds``. Size it for one step (with its weight push)
+    plus one checkpoint write (its bytes over the volume's write rate), plus 10 % (at least
+    60 s): measured with ``bench/stop_grace.py``, a stop costs nothing else. The default fits
+    the report's Qwen3-30B-A3B: a 641 s step and 427 GB of weights and optimizer state
+    written at 1 GB/s (1,068 s). While the job is suspending, engines stay up for at most
+    this long."""
+    save_attempts: int = Field(default=3, ge=1, le=20)
+    """Tries of one checkpoint save before it counts as a failed save (a full volume, a
+    permission refused, a storage I/O error). A failed save sets the job's ``Degraded``
+    condition (``CheckpointSaveFailing``) and ``CheckpointSaved=False``; training goes on and
+    the next interval saves again."""
+    retry_backoff_seconds: float = Field(default=2.0, ge=0.0, le=600.0)
+    """Wait before the second try of a save (seconds); it doubles before each further try."""
+    max_failed_saves: int = Field(default=3, ge=1, le=1_000)
+    """Failed saves in a row (each after ``saveAttempts`` tries) at which the trainer exits
+    with an error, so the operator restarts it from the last checkpoint (a restart counted
+    against ``trainer.backoffLimit``): training on without saving would spend GPU hours on steps
+    that cannot be kept. A save at the end of training or at a stop, with no later interval to
+    make up for it, fails the trainer at once."""
 
 
 #: One Linux interface name: at most 15 characters (IFNAMSIZ 16 with the terminator), no

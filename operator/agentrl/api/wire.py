@@ -12,6 +12,13 @@ hands to the pods it creates and everything it reads back from them.
   writer and the reader: the reader ignores unknown keys (a newer writer) and a malformed value.
 * **Ports, paths, file names, environment variables and Ray resources** both sides must agree on.
 
+**Versioned, with a skew policy** (:mod:`agentrl.api.wire_version`): ``runtime.yaml`` and each
+annotation carry ``wireVersion`` (:data:`WIRE_VERSION`); a reader takes what a writer one minor
+version older or newer wrote (unknown keys dropped and reported, missing ones defaulted) and
+refuses a wider skew with :class:`WireSkewError`, naming both versions. Read them with
+:func:`receive_runtime` and :func:`receive_annotation`, not with ``model_validate``. A change to
+what :func:`contract_schema` returns needs a new :data:`WIRE_VERSION`.
+
 The operator's builders (:mod:`agentrl.reconcile`) and the workloads (:mod:`agentrl.engine`,
 :mod:`agentrl.rollout`, :mod:`agentrl.trainer`, ...) import these names from here; the workloads
 never import :mod:`agentrl.reconcile` for them (import-linter contracts). The wire format is what
@@ -22,15 +29,26 @@ migration. Keys and label keys the operator alone uses stay in ``agentrl.reconci
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from agentrl.api import model
 from agentrl.api.job import AgentRLJob
+from agentrl.api.wire_version import UNVERSIONED as UNVERSIONED
+from agentrl.api.wire_version import WIRE_HISTORY as WIRE_HISTORY
+from agentrl.api.wire_version import WIRE_SKEW_PREFIX as WIRE_SKEW_PREFIX
+from agentrl.api.wire_version import WIRE_VERSION as WIRE_VERSION
+from agentrl.api.wire_version import WIRE_VERSION_KEY as WIRE_VERSION_KEY
+from agentrl.api.wire_version import Received as Received
+from agentrl.api.wire_version import Refusal as Refusal
+from agentrl.api.wire_version import WireSkewError as WireSkewError
+from agentrl.api.wire_version import receive, schema_of
+from agentrl.api.wire_version import skew_line as skew_line
 
 # ---- the engine pod: ports and paths shared by its builder, the launcher and the watchdog ----
 
@@ -151,6 +169,47 @@ TASK_IMAGES_KEY: Final = "images"
 ANNOTATION_PROGRESS: Final = "agentrl.dev/progress"
 
 
+# ---- reading what the other side wrote ----------------------------------------------------
+
+_DocumentT = TypeVar("_DocumentT", bound=BaseModel)
+
+
+def receive_runtime(doc: Any, *, reader: str) -> Received[RuntimeConfig]:
+    """``runtime.yaml`` (parsed YAML) under the skew policy; ``reader`` names this side in a
+    refusal (``"this trainer"``).
+
+    Raises:
+        WireSkewError: an operator more than one minor version apart wrote it.
+        pydantic.ValidationError: it is not a runtime config.
+    """
+    return receive(RuntimeConfig, doc, what=CONFIG_RUNTIME_KEY, reader=reader)
+
+
+def receive_annotation(
+    raw: str, model: type[_DocumentT], *, key: str, reader: str = "the operator"
+) -> Received[_DocumentT]:
+    """An annotation's JSON value as ``model`` under the skew policy (``key``: the annotation,
+    named in a refusal).
+
+    Raises:
+        WireSkewError: a workload more than one minor version apart wrote it.
+        ValueError: it is not JSON, or not a ``model``.
+    """
+    return receive(model, json.loads(raw), what=key, reader=reader)
+
+
+def contract_schema() -> dict[str, Any]:
+    """What a contract version pins (``tests/api/wire_schemas/VERSION.json``): the schema of
+    every document that crosses, by the ConfigMap key or annotation it travels under."""
+    return schema_of(
+        {
+            CONFIG_RUNTIME_KEY: RuntimeConfig,
+            ANNOTATION_WATCHDOG: WatchdogReport,
+            ANNOTATION_PROGRESS: TrainerProgress,
+        }
+    )
+
+
 # ---- runtime.yaml ----------------------------------------------------------------------------
 
 
@@ -256,8 +315,11 @@ class RolloutRuntime(_Config):
 
 
 class RuntimeConfig(_Config):
-    """``runtime.yaml``: endpoints and in-effect settings."""
+    """``runtime.yaml``: endpoints and in-effect settings. Workloads read it with
+    :func:`receive_runtime`."""
 
+    wire_version: str = WIRE_VERSION
+    """The contract version of whoever wrote it (:data:`UNVERSIONED` when it says none)."""
     job: str
     namespace: str
     uid: str
@@ -286,6 +348,14 @@ class _Annotation(BaseModel):
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
 
+class _Report(_Annotation):
+    """A whole annotation (not a part of one): it says the contract version it was written in.
+    The operator reads it with :func:`receive_annotation`."""
+
+    wire_version: str = WIRE_VERSION
+    """The writer's contract version (:data:`UNVERSIONED` when it says none)."""
+
+
 class WatchdogState(StrEnum):
     """The watchdog's state; ``Degraded`` wins over the others while the guard is tripped."""
 
@@ -311,7 +381,7 @@ class LastFault(_Annotation):
     """When it was seen (RFC 3339)."""
 
 
-class WatchdogReport(_Annotation):
+class WatchdogReport(_Report):
     """:data:`ANNOTATION_WATCHDOG` on an engine pod: written by the watchdog
     (:mod:`agentrl.engine.watchdog_report`), lifted by the operator into ``status.engines`` and
     the Degraded condition (:mod:`agentrl.reconcile.observed`)."""
@@ -373,7 +443,66 @@ class WeightPushFailure(_Annotation):
     """The weight version the last failed push carried."""
 
 
-class TrainerProgress(_Annotation):
+#: Longest error text a :class:`CheckpointSaveFailure` carries (the status message quotes it).
+CHECKPOINT_SAVE_ERROR_CHARS: Final = 512
+
+
+class CheckpointSaveFailure(_Annotation):
+    """The trainer's checkpoint saves that failed in a row, as it reports them
+    (:mod:`agentrl.trainer.checkpoint_saves`)."""
+
+    failures: int = Field(ge=1)
+    """Saves in a row that failed (each after ``checkpoint.saveAttempts`` tries); a save that
+    succeeds removes the report."""
+    step: int = Field(ge=0)
+    """The step whose save failed last."""
+    error: str = ""
+    """The last try's error (exception type and message), at most
+    :data:`CHECKPOINT_SAVE_ERROR_CHARS` characters."""
+
+
+class EndReasonCounts(_Annotation):
+    """Episodes per way they ended; one field per value of
+    :class:`agentrl.rollout.trajectory.EndReason` (same names)."""
+
+    submitted: int = Field(default=0, ge=0)
+    """The agent called ``submit``."""
+    turn_cap: int = Field(default=0, ge=0)
+    """``rollout.maxTurns`` reached without a submit."""
+    token_cap: int = Field(default=0, ge=0)
+    """The trajectory token budget ran out."""
+    wall_clock: int = Field(default=0, ge=0)
+    """The episode's wall clock ran out."""
+    infra_error: int = Field(default=0, ge=0)
+    """The sandbox, engine or verifier failed: not the agent's doing, so left out of every
+    rate of :class:`ToolHealth`."""
+
+
+class ToolHealth(_Annotation):
+    """How the agent used its tools, over the training episodes the driver received
+    (:mod:`agentrl.rollout.tool_health`); a rate is None while its denominator is 0."""
+
+    episodes: int = Field(default=0, ge=0)
+    """Episodes counted: every one received but infra errors."""
+    replies: int = Field(default=0, ge=0)
+    """The model's replies (turns) in those episodes."""
+    calls_per_episode: float | None = Field(default=None, ge=0.0)
+    """Tool calls read from the replies (``submit`` included) / ``episodes``."""
+    parse_failure_rate: float | None = Field(default=None, ge=0.0)
+    """Replies whose calls could not be read / ``replies``."""
+    no_tool_call_rate: float | None = Field(default=None, ge=0.0)
+    """Replies that called no tool at all / ``replies``."""
+    submit_rate: float | None = Field(default=None, ge=0.0)
+    """Episodes that ended in ``submit`` / ``episodes``."""
+    prefix_break_rate: float | None = Field(default=None, ge=0.0)
+    """Episodes whose tokens stopped being the template's rendering of the
+    conversation / episodes whose prefix was checked (native tool calls; text actions have
+    no template to check against)."""
+    end_reasons: EndReasonCounts = Field(default_factory=EndReasonCounts)
+    """Episodes per end reason, infra errors included."""
+
+
+class TrainerProgress(_Report):
     """``agentrl.dev/progress`` on the trainer's rank-0 pod, written by the driver."""
 
     step: int = Field(default=0, ge=0)
@@ -408,6 +537,14 @@ class TrainerProgress(_Annotation):
     """Share of episodes ended by infra errors."""
     truncated_rate: float = 0.0
     """Share of episodes truncated by a cap."""
+    tools: ToolHealth | None = None
+    """Tool health over every episode counted so far (each once, when its group is trained on
+    or dropped: the same window as the two rates above); None (left out) before the first, and
+    by trainers older than the field."""
     weight_push_failures: list[WeightPushFailure] | None = None
     """Engines whose latest weight pushes failed, with the count in a row and the last error;
     None (left out) when every engine took the last push."""
+    checkpoint_save_failure: CheckpointSaveFailure | None = None
+    """The checkpoint saves failing now: the count in a row, the step and the last error; None
+    (left out) when the last save succeeded, and by trainers older than the field (the reader
+    then knows nothing of failed saves, as before)."""

@@ -594,9 +594,24 @@ def build_image(run: Runner, image: Image) -> None:
     info = inspect(image.ref)
     if info is None:
         raise ImageError(f"{image.ref} was built but is not in the storage")
-    out = images_dir()
-    out.mkdir(parents=True, exist_ok=True)
     image.stamp.unlink(missing_ok=True)
+    _export(run, image.ref, image.archive)
+    stamp = {
+        "name": image.name,
+        "ref": image.ref,
+        "image_id": info.get("FromImageID"),
+        "key": key,
+        "base": image.cpu.ref,
+        "archive": str(image.archive),
+        "archive_bytes": image.archive.stat().st_size,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    image.stamp.write_text(json.dumps(stamp, indent=2) + "\n")
+
+
+def _export(run: Runner, ref: str, archive: Path) -> None:
+    """Write the image ``ref`` of buildah's storage as the OCI archive ``archive``."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
     # Copied into an OCI layout first, with uncompressed layers, by skopeo (`buildah push`
     # gzips even with --disable-compression: minutes per torch layer on 2 cores; containerd
     # imports either form); the archive is then a plain copy of the image's blobs out of it.
@@ -611,26 +626,15 @@ def build_image(run: Runner, image: Image) -> None:
                 "copy",
                 "--quiet",
                 "--dest-oci-accept-uncompressed-layers",
-                f"containers-storage:{storage_spec()}{image.ref}",
-                f"oci:{layout}:{image.ref}",
+                f"containers-storage:{storage_spec()}{ref}",
+                f"oci:{layout}:{ref}",
             ]
         )
-        partial = out / f".{image.name}.oci.tar.partial"
-        write_archive(layout, image.ref, partial)
-        partial.replace(image.archive)
+        partial = archive.parent / f".{archive.name}.partial"
+        write_archive(layout, ref, partial)
+        partial.replace(archive)
     finally:
         shutil.rmtree(layout, ignore_errors=True)
-    stamp = {
-        "name": image.name,
-        "ref": image.ref,
-        "image_id": info.get("FromImageID"),
-        "key": key,
-        "base": image.cpu.ref,
-        "archive": str(image.archive),
-        "archive_bytes": image.archive.stat().st_size,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    image.stamp.write_text(json.dumps(stamp, indent=2) + "\n")
 
 
 def layout_dir() -> Path:
@@ -793,6 +797,49 @@ def disk_usage() -> dict[str, int]:
         return int(out.stdout.split()[0]) if out.returncode == 0 and out.stdout else 0
 
     return {"archives": size(images_dir()), "storage": size(storage_dir())}
+
+
+# ---------------------------------------------------------------------------------------------
+# images a test defines (not the project's): the same builder, on the Debian base
+
+
+def fixture_archives_dir() -> Path:
+    """``~/.cache/agentrl/images/tests``: archives of the images tests define."""
+    return images_dir() / "tests"
+
+
+def build_test_image(containerfile: Path, context: Path, ref: str, *, echo: bool = False) -> Path:
+    """Build the image ``ref`` a test defines (``containerfile`` with the build context
+    ``context``; its base is the build ARG ``BASE``, given the cpu flavour's Debian base) with
+    this module's buildah, storage and layer cache, and write it as an OCI archive for the real
+    node (:meth:`~agentrl.devcluster.cluster.LocalCluster.load`); returns the archive. Done only
+    when the archive is missing or was built from another containerfile, context or base (its
+    stamp's key). The Debian base comes from ``agentrl dev prepare`` (step ``images``)."""
+    files = sorted(p for p in context.rglob("*") if p.is_file())
+    digests = [
+        (path.relative_to(context).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest())
+        for path in files
+    ]
+    key = _digest(BUILD_REVISION, debian_key(), ref, containerfile.read_text(), digests)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", ref)
+    archive = fixture_archives_dir() / f"{slug}.oci.tar"
+    stamp = fixture_archives_dir() / f"{slug}.json"
+    with build_lock():
+        try:
+            done = json.loads(stamp.read_text()).get("key") == key and archive.is_file()
+        except (OSError, ValueError):
+            done = False
+        if done:
+            return archive
+        if not _has(DEBIAN_IMAGE, debian_key()):
+            raise ImageError(f"{DEBIAN_IMAGE} is not built: run 'agentrl dev prepare'")
+        stamp.unlink(missing_ok=True)
+        run = Runner(work_dir() / "build.log", echo=echo)
+        say(f"images: {ref} from {containerfile}")
+        _build(run, containerfile, context, ref, key, {"BASE": DEBIAN_IMAGE})
+        _export(run, ref, archive)
+        stamp.write_text(json.dumps({"ref": ref, "key": key, "archive": str(archive)}) + "\n")
+    return archive
 
 
 # ---------------------------------------------------------------------------------------------

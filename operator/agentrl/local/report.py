@@ -38,6 +38,12 @@ def _warm_start(result: RunResult) -> dict[str, Any] | None:
     }
 
 
+def _tools(result: RunResult) -> dict[str, Any] | None:
+    """The run's tool health (the window of ``status.rollout.tools``); None: no trajectory."""
+    health = result.state.counters.tools.health()
+    return None if health is None else health.model_dump(mode="json")
+
+
 def summarize(result: RunResult) -> dict[str, Any]:
     """Every headline figure of the run (the content of ``summary.json``)."""
     records = result.records
@@ -82,6 +88,8 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "trained_trajectories": counters.trained_trajectories,
         "trajectories_per_hour": counters.trajectories / hours if hours > 0 else 0.0,
         "classes": dict(counters.classes),
+        # tool health over every trajectory received (agentrl.rollout.tool_health)
+        "tools": _tools(result),
         "infra_errors": result.infra_error_attempts,
         "infra_errors_dropped": counters.infra_errors,
         "infra_errors_in_training": counters.infra_errors_in_training,

@@ -9,24 +9,27 @@ dicts.
 
 Two annotations carry what only the workloads know: the engine watchdog writes
 :class:`WatchdogReport` as JSON under ``agentrl.dev/watchdog`` on its own pod, and the trainer's
-driver writes :class:`TrainerProgress` under ``agentrl.dev/progress`` on its pod. A malformed
-annotation is ignored (the status then says nothing from it) rather than failing the reconcile.
+driver writes :class:`TrainerProgress` under ``agentrl.dev/progress`` on its pod. Both are read
+under the wire contract's skew policy (``api.wire.receive_annotation``). A malformed annotation,
+or one written in a contract version this operator does not read, is ignored (the status then
+says nothing from it) rather than failing the reconcile; ``reconcile.wire_skew`` names the
+second in the WireCompatible condition.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.api.wire import (
     ANNOTATION_PROGRESS,
     ANNOTATION_WATCHDOG,
     TrainerProgress,
     WatchdogReport,
+    receive_annotation,
 )
 from agentrl.reconcile.constants import ANNOTATION_TRAINER_ATTEMPT, LABEL_COMPONENT, Component
 from agentrl.reconcile.nodes import NodesSeen
@@ -91,12 +94,12 @@ class ObservedPod(_Snapshot):
     @property
     def watchdog(self) -> WatchdogReport | None:
         """The watchdog's report, when the annotation is present and well-formed."""
-        return _parse_annotation(self.annotations.get(ANNOTATION_WATCHDOG), WatchdogReport)
+        return _parse_annotation(self.annotations, ANNOTATION_WATCHDOG, WatchdogReport)
 
     @property
     def progress(self) -> TrainerProgress | None:
         """The driver's progress, when the annotation is present and well-formed."""
-        return _parse_annotation(self.annotations.get(ANNOTATION_PROGRESS), TrainerProgress)
+        return _parse_annotation(self.annotations, ANNOTATION_PROGRESS, TrainerProgress)
 
 
 class ObservedStatefulSet(_Snapshot):
@@ -170,12 +173,15 @@ class Observed(_Snapshot):
         )
 
 
-def _parse_annotation(raw: str | None, model: type[_AnnotationT]) -> _AnnotationT | None:
+def _parse_annotation(
+    annotations: Mapping[str, str], key: str, model: type[_AnnotationT]
+) -> _AnnotationT | None:
+    raw = annotations.get(key)
     if not raw:
         return None
     try:
-        return model.model_validate(json.loads(raw))
-    except (ValueError, ValidationError):
+        return receive_annotation(raw, model, key=key).value
+    except ValueError:  # malformed, or a WireSkewError: reconcile.wire_skew names that one
         return None
 
 

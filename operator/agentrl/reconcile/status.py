@@ -24,9 +24,15 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, AgentRLJobStatus, Condition, ConditionType, Reason
-from agentrl.api.status import EngineStatus, RolloutStatus, SandboxStatus, TrainerStatus
-from agentrl.api.wire import TrainerProgress, WeightPushFailure
-from agentrl.reconcile import preflight
+from agentrl.api.status import (
+    EngineStatus,
+    RolloutStatus,
+    SandboxStatus,
+    ToolHealthStatus,
+    TrainerStatus,
+)
+from agentrl.api.wire import CheckpointSaveFailure, TrainerProgress, WeightPushFailure
+from agentrl.reconcile import preflight, wire_skew
 from agentrl.reconcile.constants import ANNOTATION_JOB_COMPLETION_INDEX, Component, ExtraReason
 from agentrl.reconcile.labels import sandbox_selector, selector_string
 from agentrl.reconcile.observed import Observed, ObservedPod
@@ -40,14 +46,21 @@ EventType = Literal["Normal", "Warning"]
 CONDITION_ORDER: tuple[ConditionType, ...] = tuple(ConditionType)
 #: Conditions whose True is bad news.
 NEGATIVE_CONDITIONS = frozenset({ConditionType.FAILED, ConditionType.DEGRADED})
-#: Conditions that flip too often to be worth an event (every weight push).
-QUIET_CONDITIONS = frozenset({ConditionType.WEIGHTS_SYNCED})
+#: Conditions that flip too often to be worth an event (every weight push), or whose news
+#: Degraded already posts (a failed checkpoint save: one Warning, and a Normal once cleared).
+QUIET_CONDITIONS = frozenset({ConditionType.WEIGHTS_SYNCED, ConditionType.CHECKPOINT_SAVED})
 #: Failed weight pushes in a row to one engine (each after ``weightSync.pushAttempts`` tries,
 #: as the trainer reports them in ``agentrl.dev/progress``) from which the job is Degraded and
 #: WeightsSynced is False, reason ``WeightPushFailing``. One failure is a blip the next
 #: interval retries; three in a row is an engine that does not take weights. The chart's
 #: ``AgentRLWeightPushFailing`` alert fires at the same count by default.
 WEIGHT_PUSH_FAILURES_DEGRADED: Final = 3
+#: Failed checkpoint saves in a row (each after ``checkpoint.saveAttempts`` tries, as the
+#: trainer reports them in ``agentrl.dev/progress``) from which the job is Degraded and
+#: CheckpointSaved is False, reason ``CheckpointSaveFailing``: the first. The tries already
+#: absorbed the blips, and from here every step since the last checkpoint is at risk. The
+#: chart's ``AgentRLCheckpointSaveFailing`` alert fires at the same count by default.
+CHECKPOINT_SAVE_FAILURES_DEGRADED: Final = 1
 
 #: Container waiting reasons that mean the image cannot be pulled.
 IMAGE_PULL_REASONS = frozenset(
@@ -155,6 +168,7 @@ PROBLEM_REASONS = frozenset(
         Reason.TRAINER_RESTARTING,
         Reason.WATCHDOG_CRASH_LOOP,
         Reason.GPU_CAPACITY_INSUFFICIENT,
+        Reason.VERSION_SKEW,
     }
 )
 
@@ -337,11 +351,69 @@ def weights_verdict(observed: Observed, progress: TrainerProgress | None) -> _Ve
     )
 
 
-def degraded_verdict(observed: Observed, progress: TrainerProgress | None = None) -> _Verdict:
-    """Degraded: an engine's watchdog tripped its crash-loop guard, or the trainer's weight
-    pushes to an engine failed :data:`WEIGHT_PUSH_FAILURES_DEGRADED` times in a row. Both
-    can hold; the reason is the crash loop's (the pushes to a crash-looping engine fail as a
-    consequence) and the message says both."""
+def checkpoint_save_message(
+    job: AgentRLJob, failure: CheckpointSaveFailure, last_checkpoint_step: int
+) -> str:
+    """The failed saves in the trainer's words, and what happens next."""
+    checkpoint = job.spec.trainer.checkpoint
+    return (
+        f"{failure.failures} checkpoint save{'s' if failure.failures != 1 else ''} in a row "
+        f"failed, the last of step {failure.step} "
+        f"after {checkpoint.save_attempts} tries: {failure.error}; the last checkpoint is step "
+        f"{last_checkpoint_step}; the trainer keeps training and exits at "
+        f"{checkpoint.max_failed_saves} failed saves in a row (checkpoint.maxFailedSaves)"
+    )
+
+
+def checkpoint_verdict(
+    job: AgentRLJob, previous: AgentRLJobStatus, progress: TrainerProgress | None
+) -> _Verdict:
+    """CheckpointSaved: False with ``CheckpointSaveFailing`` while the trainer reports
+    :data:`CHECKPOINT_SAVE_FAILURES_DEGRADED` failed saves in a row or more; True once it has
+    written one (and none failed since); Unknown before. With no trainer reporting (restarting,
+    suspended, finished) the trainer's last word stands: the checkpoints on the volume are
+    what they were."""
+    failure = progress.checkpoint_save_failure if progress is not None else None
+    if (
+        progress is not None
+        and failure is not None
+        and failure.failures >= CHECKPOINT_SAVE_FAILURES_DEGRADED
+    ):
+        return _Verdict(
+            "False",
+            Reason.CHECKPOINT_SAVE_FAILING,
+            checkpoint_save_message(job, failure, progress.last_checkpoint_step),
+        )
+    if progress is None:
+        old = _condition(previous, ConditionType.CHECKPOINT_SAVED)
+        if old is not None:
+            return _Verdict(old.status, old.reason, old.message)
+        return _Verdict("Unknown", Reason.NO_CHECKPOINT_YET, "the trainer has not reported yet")
+    if progress.last_checkpoint_step > 0:
+        return _Verdict(
+            "True",
+            Reason.CHECKPOINT_WRITTEN,
+            f"the last checkpoint is step {progress.last_checkpoint_step}",
+        )
+    return _Verdict(
+        "Unknown",
+        Reason.NO_CHECKPOINT_YET,
+        f"no checkpoint since the start (one every {job.spec.trainer.checkpoint.interval_steps} "
+        "steps)",
+    )
+
+
+def degraded_verdict(
+    observed: Observed,
+    progress: TrainerProgress | None = None,
+    checkpoint: _Verdict | None = None,
+) -> _Verdict:
+    """Degraded: the trainer's checkpoint saves fail (``checkpoint``, the CheckpointSaved
+    verdict, is False), an engine's watchdog tripped its crash-loop guard, or the trainer's
+    weight pushes to an engine failed :data:`WEIGHT_PUSH_FAILURES_DEGRADED` times in a row.
+    Several can hold; the message says each. The reason is the failing saves' first (every
+    step since the last checkpoint is at risk), then the crash loop's (the pushes to a
+    crash-looping engine fail as a consequence)."""
     looping = [
         (p, p.watchdog)
         for p in observed.pods_of(Component.ENGINE)
@@ -349,6 +421,8 @@ def degraded_verdict(observed: Observed, progress: TrainerProgress | None = None
     ]
     failing = failing_pushes(progress)
     found: list[tuple[str, str]] = []
+    if checkpoint is not None and checkpoint.reason == Reason.CHECKPOINT_SAVE_FAILING:
+        found.append((Reason.CHECKPOINT_SAVE_FAILING, checkpoint.message))
     if looping:
         parts = []
         for pod, report in looping:
@@ -372,7 +446,9 @@ def degraded_verdict(observed: Observed, progress: TrainerProgress | None = None
         )
     if not found:
         return _Verdict(
-            "False", ExtraReason.AS_EXPECTED, "no engine is crash-looping or failing weight pushes"
+            "False",
+            ExtraReason.AS_EXPECTED,
+            "no engine is crash-looping or failing weight pushes, no checkpoint save is failing",
         )
     return _Verdict("True", found[0][0], "; ".join(message for _, message in found))
 
@@ -427,12 +503,18 @@ def _terminal(
         return done, _Verdict("False", Reason.TRAINER_SUCCEEDED, "the job completed")
     if decision.fail_reason is not None:
         limit = job.spec.trainer.backoff_limit
-        message = (
-            f"the trainer failed {decision.restarts + 1} times, past backoffLimit {limit}: "
-            f"{decision.failure_message}"
-            if decision.fail_reason == Reason.BACKOFF_LIMIT_EXCEEDED
-            else f"the trainer Job ran past its deadline: {decision.failure_message}"
-        )
+        if decision.fail_reason == Reason.BACKOFF_LIMIT_EXCEEDED:
+            message = (
+                f"the trainer failed {decision.restarts + 1} times, past backoffLimit {limit}: "
+                f"{decision.failure_message}"
+            )
+        elif decision.fail_reason == Reason.VERSION_SKEW:
+            message = (
+                "the trainer refused the operator's runtime.yaml, and a restart of the same "
+                f"image would refuse it again: {decision.failure_message}"
+            )
+        else:
+            message = f"the trainer Job ran past its deadline: {decision.failure_message}"
         return (
             _Verdict("False", decision.fail_reason, message),
             _Verdict("True", decision.fail_reason, message),
@@ -509,6 +591,7 @@ def _sub_status(
             mean_reward=progress.mean_reward,
             infra_error_rate=progress.infra_error_rate,
             truncated_rate=progress.truncated_rate,
+            tools=_tool_health(progress, previous.rollout),
             **_evaluation_fields(progress, previous.rollout),
         )
         if progress
@@ -539,6 +622,14 @@ def _stage_fields(progress: TrainerProgress | None, previous: TrainerStatus) -> 
             else previous.warm_start_loss
         ),
     }
+
+
+def _tool_health(progress: TrainerProgress, previous: RolloutStatus) -> ToolHealthStatus | None:
+    """The trainer's tool health, else the one already in status (a report before the first
+    step of a restarted trainer carries none; an older trainer never does)."""
+    if progress.tools is None:
+        return previous.tools
+    return ToolHealthStatus.model_validate(progress.tools.model_dump())
 
 
 def _evaluation_fields(progress: TrainerProgress, previous: RolloutStatus) -> dict[str, Any]:
@@ -651,10 +742,14 @@ def _verdicts(
     out[ConditionType.SUSPENDED] = _suspended_verdict(job, previous, observed, stopping)
     out[ConditionType.COMPLETE] = complete
     out[ConditionType.FAILED] = failed
-    out[ConditionType.DEGRADED] = degraded_verdict(observed, progress)
+    checkpoint = checkpoint_verdict(job, previous, progress)
+    out[ConditionType.DEGRADED] = degraded_verdict(observed, progress, checkpoint)
     out[ConditionType.GPUS_AVAILABLE] = gpus_verdict(
         job, observed, suspended=suspended, finished=terminal is not None
     )
+    out[ConditionType.CHECKPOINT_SAVED] = checkpoint
+    wire = wire_skew.verdict(observed, _condition(previous, ConditionType.WIRE_COMPATIBLE))
+    out[ConditionType.WIRE_COMPATIBLE] = _Verdict(wire.status, wire.reason, wire.message)
     return out
 
 

@@ -1,44 +1,43 @@
-"""The SWE agent scaffolds: the token-level ``/generate`` agent and the OpenAI-compatible chat
-agent.
+"""The SWE agent scaffold: one agent, :class:`TokenAgent`, for every model.
 
-:class:`TokenAgent` is the one training uses. It keeps the conversation as token ids (TITO:
-tokens in, tokens out): the prompt is rendered once, each reply's ``output_ids`` and the engine's
-logprobs are appended as they came (loss mask 1), and each tool observation is appended as the
-chat template renders a tool message (loss mask 0). Nothing is ever re-tokenised, so the ids the
-trainer scores are exactly those the engine sampled.
+It keeps the conversation as token ids (TITO: tokens in, tokens out): the prompt is rendered
+once, each reply's ``output_ids`` and the engine's logprobs are appended as they came (loss
+mask 1), and each observation is appended as the chat template renders it (loss mask 0).
+Nothing is ever re-tokenised, so the ids the trainer scores are exactly those the engine
+sampled.
 
-It acts in one of two ways, decided by its turn tokenizer:
+An episode: the system prompt and the task's first user message
+(:meth:`TurnTokenizer.task_message`) are rendered; then, each turn, the reply is parsed from
+the engine's output ids (:meth:`TurnTokenizer.parse_reply`), every call of it runs in order
+through :meth:`~agentrl.rollout.swe_tools.SWEToolRunner.call` until a ``submit`` (which ends the
+episode with the patch on :attr:`TrajectoryBuilder.patch`), and the results go back as the
+template's tool messages, grouped (:meth:`TurnTokenizer.tool_results_ids`), the last one ending
+with the turns left when ``rollout.showRemainingTurns``. A malformed reply or one without a call
+gets an error observation as a user message and the episode goes on (counted by
+:func:`~agentrl.rollout.toolcalls.record_reply` and in the trajectory's
+:class:`~agentrl.rollout.trajectory.ToolUse`).
 
-- *native tool calls*, when the turn tokenizer is an
-  :class:`~agentrl.rollout.hf_tokenizer.HFTurnTokenizer` with a ``tool_call_parser`` (a real
-  chat model, ``spec.model.toolCallParser``): the prompt is the system prompt and the task's
-  instruction rendered with the tool schemas of :func:`~agentrl.rollout.swe_tools.tool_schemas`
-  (given to the tokenizer as ``tools``); each reply is parsed from the engine's output ids in the
-  model's own call syntax, every call of it runs in order through
-  :meth:`~agentrl.rollout.swe_tools.SWEToolRunner.call` until a ``submit`` (which ends the
-  episode with the patch on :attr:`TrajectoryBuilder.patch`), and the results go back as the
-  template's tool messages, grouped (:meth:`~agentrl.rollout.hf_tokenizer.HFTurnTokenizer.
-  tool_results_ids`), the last one ending with the turns left when
-  ``rollout.showRemainingTurns``. A malformed reply or one without a call gets an error
-  observation as a user message and the episode goes on (counted by
-  :func:`~agentrl.rollout.toolcalls.record_reply`). Before each generation the episode's
-  :class:`~agentrl.rollout.hf_tokenizer.PrefixChecker` checks that the trajectory's ids equal the
-  template's rendering of the conversation so far (and once more when the episode ends); at the
-  first break the loss is turned off from the break to the end of the trajectory
+What differs between models is only the turn tokenizer, and with it the call syntax:
+
+- a Hugging Face tokenizer with ``spec.model.toolCallParser``
+  (:class:`~agentrl.rollout.hf_tokenizer.HFTurnTokenizer`): native tool calls in the template's
+  syntax, the tool schemas of :func:`~agentrl.rollout.swe_tools.tool_schemas` given to the
+  template. Before each generation the episode's
+  :class:`~agentrl.rollout.hf_tokenizer.PrefixChecker` checks that the trajectory's ids equal
+  the template's rendering of the conversation so far (and once more when the episode ends); at
+  the first break the loss is turned off from the break to the end of the trajectory
   (:func:`~agentrl.rollout.hf_tokenizer.mask_after_break`), the break is counted
   (:func:`~agentrl.rollout.hf_tokenizer.record_prefix_check`) and the episode is not checked
   again.
-- *text actions* otherwise (the tiny policy's :class:`WordTurnTokenizer`, or a Hugging Face
-  tokenizer without a parser): the first line of a reply is an action of
-  :func:`~agentrl.rollout.tools.parse_action`.
+- the tiny policy's :class:`WordTurnTokenizer`, or a Hugging Face tokenizer without a parser:
+  one-line text actions (:mod:`agentrl.rollout.text_actions`), read into the same calls of the
+  same tools, the actions listed in the first user message. There is no template to check a
+  prefix against (:meth:`TurnTokenizer.prefix_checker` is None).
 
-:class:`ChatAgent` drives a model through ``/v1/chat/completions`` with tool calls (bash, view,
-edit, run_tests, submit, and apply for toy tasks). It is for evaluating real models; its
-trajectories carry no token ids (``token_level=False``) and are not trained on.
-
-Both write into a :class:`TrajectoryBuilder` owned by the episode, so an episode cut by its wall
-clock keeps what it had. Caps (:class:`~agentrl.rollout.caps.EpisodeCaps`): turns, trajectory
-tokens (never beyond the engine's context length), tokens per turn, tool output size.
+The agent writes into a :class:`TrajectoryBuilder` owned by the episode, so an episode cut by
+its wall clock keeps what it had. Caps (:class:`~agentrl.rollout.caps.EpisodeCaps`): turns,
+trajectory tokens (never beyond the engine's context length), tokens per turn, tool output
+size.
 
 Callers: :mod:`agentrl.rollout.episode`.
 """
@@ -49,19 +48,11 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-import aiohttp
-
-from agentrl.engine_client.client import (
-    EngineRequestError,
-    EngineTimeout,
-    EngineUnavailable,
-    GenerateResponse,
-    SamplingParams,
-)
-from agentrl.rollout import metrics
-from agentrl.rollout.balancer import EnginePool, GenerateEngine
+from agentrl.engine_client.client import EngineUnavailable, GenerateResponse, SamplingParams
+from agentrl.rollout import metrics, text_actions
+from agentrl.rollout.balancer import EnginePool
 from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.hf_tokenizer import (
     HFTurnTokenizer,
@@ -73,8 +64,8 @@ from agentrl.rollout.hf_tokenizer import (
 from agentrl.rollout.swe_tools import SWEToolRunner, with_remaining_turns
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.toolcalls import ParsedReply, record_reply
-from agentrl.rollout.tools import ToolCall, ToolResult, ToolRunner, parse_action
-from agentrl.rollout.trajectory import TruncationCap, TurnRecord
+from agentrl.rollout.tools import ToolResult
+from agentrl.rollout.trajectory import ToolUse, TruncationCap, TurnRecord
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a repository. "
@@ -87,25 +78,52 @@ NO_TOOL_CALL_OBSERVATION = (
 
 
 class TurnTokenizer(Protocol):
-    """How a conversation becomes token ids, turn by turn (per model family)."""
+    """How a conversation becomes token ids, turn by turn, and how a reply's calls are read
+    (per model family): :class:`~agentrl.rollout.hf_tokenizer.HFTurnTokenizer` or
+    :class:`WordTurnTokenizer`."""
+
+    def task_message(self, task: Task) -> str:
+        """The first user message of an episode of ``task``."""
+        ...
 
     def initial_ids(self, system: str, user: str) -> list[int]:
         """System and user messages plus the generation prompt."""
+        ...
+
+    def parse_reply(self, generated: Sequence[int]) -> ParsedReply:
+        """The calls (or the error) of the engine's output ids."""
         ...
 
     def close_turn_ids(self, generated: Sequence[int]) -> list[int]:
         """Tokens that end an assistant turn the engine stopped without its end token."""
         ...
 
-    def observation_ids(self, observation: str) -> list[int]:
-        """A tool message plus the next generation prompt."""
+    def tool_results_ids(self, results: Sequence[str]) -> list[int]:
+        """One turn's tool results plus the next generation prompt."""
+        ...
+
+    def append_ids(self, messages: Sequence[Message]) -> list[int]:
+        """Messages (an error observation as a user message) plus the next generation prompt."""
+        ...
+
+    def prefix_checker(self) -> PrefixChecker | None:
+        """A whole-conversation check for one episode, or None where there is no template to
+        check against."""
+        ...
+
+    @property
+    def observation_role(self) -> str:
+        """The role tool results are rendered with."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
 class WordTurnTokenizer:
-    """:class:`TurnTokenizer` over the tiny policy's word tokenizer (its chat template)."""
+    """:class:`TurnTokenizer` over the tiny policy's word tokenizer (its chat template), acting
+    in text actions."""
+
+    observation_role = "tool"
 
     def __init__(self) -> None:
         from agentrl.tiny.tokenizer import ChatMessage, get_tokenizer
@@ -113,16 +131,31 @@ class WordTurnTokenizer:
         self._tok = get_tokenizer()
         self._message = ChatMessage
 
+    def task_message(self, task: Task) -> str:
+        return text_actions.task_message(task)
+
     def initial_ids(self, system: str, user: str) -> list[int]:
         return self._tok.apply_chat_template(
             [self._message(role="system", content=system), self._message(role="user", content=user)]
         )
 
+    def parse_reply(self, generated: Sequence[int]) -> ParsedReply:
+        return text_actions.parse_text_action(self.decode(generated))
+
     def close_turn_ids(self, generated: Sequence[int]) -> list[int]:
         return [] if generated and generated[-1] == self._tok.eos_id else [self._tok.eos_id]
 
-    def observation_ids(self, observation: str) -> list[int]:
-        return [*self._tok.encode_message("tool", observation), self._tok.role_ids["assistant"]]
+    def tool_results_ids(self, results: Sequence[str]) -> list[int]:
+        return self.append_ids([{"role": "tool", "content": "\n\n".join(results)}])
+
+    def append_ids(self, messages: Sequence[Message]) -> list[int]:
+        ids: list[int] = []
+        for message in messages:
+            ids += self._tok.encode_message(str(message["role"]), str(message.get("content", "")))
+        return [*ids, self._tok.role_ids["assistant"]]
+
+    def prefix_checker(self) -> None:
+        return None
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(ids)
@@ -147,9 +180,9 @@ class TrajectoryBuilder:
     truncation: TruncationCap | None = None
     token_level: bool = True
     """False when the scaffold has no token ids to record (chat API)."""
-    prefix_break: int | None = None
-    """Where the trajectory first stopped being the template's rendering of the conversation
-    (native tool calls); the loss is off from there on."""
+    tool_use: ToolUse = field(default_factory=ToolUse)
+    """Calls, unreadable replies, replies without a call and the prefix break
+    (:class:`~agentrl.rollout.trajectory.ToolUse`)."""
 
     def add_context(self, ids: Sequence[int]) -> None:
         self.token_ids.extend(ids)
@@ -163,57 +196,81 @@ class TrajectoryBuilder:
 
 
 class TokenAgent:
-    """The training scaffold over ``/generate``, token ids and logprobs kept: native tool calls
-    when the turn tokenizer reads them (:func:`native_tool_calls`), text actions otherwise."""
+    """The training scaffold over ``/generate``, token ids and logprobs kept (see the module
+    docstring)."""
 
     def __init__(self, pool: EnginePool, tokenizer: TurnTokenizer, caps: EpisodeCaps) -> None:
         self.pool = pool
         self.tokenizer = tokenizer
         self.caps = caps
-        self.native: HFTurnTokenizer | None = (
-            tokenizer if isinstance(tokenizer, HFTurnTokenizer) and tokenizer.parser else None
-        )
-        """The turn tokenizer when the agent acts through native tool calls, else None."""
-        if self.native is not None and not self.native.tools:
+        if native_tool_calls(tokenizer) and not getattr(tokenizer, "tools", None):
             raise ValueError(
                 "native tool calls need the tool schemas in the turn tokenizer "
                 "(HFTurnTokenizer(tools=swe_tools.tool_schemas()))"
             )
 
     async def run(
-        self, episode_id: str, task: Task, tools: ToolRunner, out: TrajectoryBuilder
+        self, episode_id: str, task: Task, tools: SWEToolRunner, out: TrajectoryBuilder
     ) -> None:
-        if self.native is not None:
-            await self._run_native(self.native, episode_id, task, swe_tool_runner(tools), out)
-            return
-        user = f"{task.instruction}\n\n{tools.describe()}"
-        out.add_context(self.tokenizer.initial_ids(SYSTEM_PROMPT, user))
+        """One episode of ``task`` with ``tools`` into ``out`` (see the module docstring)."""
+        turns, caps = self.tokenizer, self.caps
+        user = turns.task_message(task)
+        messages: list[Message] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
+        checker = turns.prefix_checker()
+        out.tool_use.prefix_checked = checker is not None
+        out.add_context(turns.initial_ids(SYSTEM_PROMPT, user))
         out.prompt_length = len(out.token_ids)
         while True:
+            room = (
+                len(out.turns) < caps.max_turns and len(out.token_ids) < caps.max_trajectory_tokens
+            )
+            if checker is not None and room:
+                _check_prefix(checker, out, messages, final=False)
+            mark = len(out.token_ids)
             generated = await self._generate(episode_id, out)
             if generated is None:
-                return
+                break
             response, engine = generated
-            text = response.text or self.tokenizer.decode(response.output_ids)
-            call = parse_action(text)
-            result = await tools.run(call)
-            out.tool_seconds += result.seconds
+            if out.tool_use.prefix_break is not None:  # past a break: nothing more is trained
+                out.loss_mask = mask_after_break(out.loss_mask, mark)
+            reply = turns.parse_reply(response.output_ids)
+            record_reply(reply)
+            count_reply(out.tool_use, reply)
+            messages.append(reply.assistant_message())
+            observations, submit = await self._run_calls(reply, tools, out)
+            turns_left = caps.max_turns - len(out.turns) - 1
+            if caps.show_remaining_turns and observations and submit is None:
+                observations[-1] = with_remaining_turns(observations[-1], turns_left)
             out.turns.append(
                 TurnRecord(
-                    action=text.strip().split("\n", 1)[0][:500],
-                    observation=result.observation,
+                    action=_action_text(reply)[:500],
+                    observation="\n\n".join(
+                        observations if submit is None else [*observations, submit.observation]
+                    ),
                     generated_tokens=len(response.output_ids),
                     finish_reason=response.finish_type,
                     engine=engine,
                     weight_version=response.meta_info.weight_version,
                 )
             )
-            if result.submitted:
+            if submit is not None:
                 out.submitted = True
-                return
-            closing = self.tokenizer.close_turn_ids(response.output_ids)
-            observation = self.tokenizer.observation_ids(result.observation)
-            self._add_context(out, [*closing, *observation])
+                out.patch = submit.patch
+                break
+            closing = turns.close_turn_ids(response.output_ids)
+            if reply.calls and reply.error is None:
+                results = [{"role": turns.observation_role, "content": o} for o in observations]
+                new = turns.tool_results_ids(observations)
+            else:
+                results = [{"role": "user", "content": observations[0]}]
+                new = turns.append_ids(results)
+            messages.extend(results)
+            self._add_context(out, [*closing, *new])
+        if checker is not None:
+            _check_prefix(checker, out, messages, final=True)
 
     async def _generate(
         self, episode_id: str, out: TrajectoryBuilder
@@ -259,67 +316,6 @@ class TokenAgent:
         # What does not fit is cut; the budget check of the next turn then truncates it.
         out.add_context(list(ids)[: max(0, room)])
 
-    async def _run_native(
-        self,
-        turns: HFTurnTokenizer,
-        episode_id: str,
-        task: Task,
-        tools: SWEToolRunner,
-        out: TrajectoryBuilder,
-    ) -> None:
-        """An episode in native tool calls (see the module docstring)."""
-        caps = self.caps
-        messages: list[Message] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": task.instruction},
-        ]
-        checker = turns.prefix_checker()
-        out.add_context(turns.initial_ids(SYSTEM_PROMPT, task.instruction))
-        out.prompt_length = len(out.token_ids)
-        while True:
-            if len(out.turns) < caps.max_turns and len(out.token_ids) < caps.max_trajectory_tokens:
-                _check_prefix(checker, out, messages, final=False)
-            mark = len(out.token_ids)
-            generated = await self._generate(episode_id, out)
-            if generated is None:
-                break
-            response, engine = generated
-            if out.prefix_break is not None:  # past a break: nothing more is trained
-                out.loss_mask = mask_after_break(out.loss_mask, mark)
-            reply = turns.parse_reply(response.output_ids)
-            record_reply(reply)
-            messages.append(reply.assistant_message())
-            observations, submit = await self._run_calls(reply, tools, out)
-            turns_left = caps.max_turns - len(out.turns) - 1
-            if caps.show_remaining_turns and observations and submit is None:
-                observations[-1] = with_remaining_turns(observations[-1], turns_left)
-            out.turns.append(
-                TurnRecord(
-                    action=_action_text(reply)[:500],
-                    observation="\n\n".join(
-                        observations if submit is None else [*observations, submit.observation]
-                    ),
-                    generated_tokens=len(response.output_ids),
-                    finish_reason=response.finish_type,
-                    engine=engine,
-                    weight_version=response.meta_info.weight_version,
-                )
-            )
-            if submit is not None:
-                out.submitted = True
-                out.patch = submit.patch
-                break
-            closing = turns.close_turn_ids(response.output_ids)
-            if reply.calls and reply.error is None:
-                results = [{"role": turns.observation_role, "content": o} for o in observations]
-                new = turns.tool_results_ids(observations)
-            else:
-                results = [{"role": "user", "content": observations[0]}]
-                new = turns.append_ids(results)
-            messages.extend(results)
-            self._add_context(out, [*closing, *new])
-        _check_prefix(checker, out, messages, final=True)
-
     async def _run_calls(
         self, reply: ParsedReply, tools: SWEToolRunner, out: TrajectoryBuilder
     ) -> tuple[list[str], ToolResult | None]:
@@ -340,28 +336,32 @@ class TokenAgent:
         return observations, None
 
 
+def count_reply(use: ToolUse, reply: ParsedReply) -> None:
+    """Add a parsed reply to the episode's tool use (what :func:`record_reply` counts in the
+    process's metrics)."""
+    if reply.error is not None:
+        use.call_errors += 1
+    elif not reply.calls:
+        use.turns_without_call += 1
+    use.calls += len(reply.calls)
+
+
 def native_tool_calls(tokenizer: object) -> bool:
     """Whether a :class:`TokenAgent` with this turn tokenizer acts through native tool calls:
     a Hugging Face turn tokenizer given a ``tool_call_parser``."""
     return isinstance(tokenizer, HFTurnTokenizer) and tokenizer.parser is not None
 
 
-def swe_tool_runner(tools: ToolRunner) -> SWEToolRunner:
-    """``tools`` as the :class:`~agentrl.rollout.swe_tools.SWEToolRunner` native tool calls
-    run through (the episode's own when it already is one, which is what episodes make)."""
-    if isinstance(tools, SWEToolRunner):
-        return tools
-    return SWEToolRunner(
-        tools.sandbox,
-        tools.task,
-        timeout_seconds=tools.timeout_seconds,
-        output_max_bytes=tools.output_max_bytes,
-    )
+def _at_a_cap(out: TrajectoryBuilder, caps: EpisodeCaps) -> bool:
+    """Whether the next generation would be refused by the turn or token cap."""
+    return len(out.turns) >= caps.max_turns or len(out.token_ids) >= caps.max_trajectory_tokens
 
 
 def _action_text(reply: ParsedReply) -> str:
     """A turn's action for logs: its calls as ``name {json arguments}``, one per line, or what
     the model wrote when it called nothing readable."""
+    if reply.text_action:
+        return next((line.strip() for line in reply.text.splitlines() if line.strip()), "")
     if reply.error is None and reply.calls:
         return "\n".join(
             f"{c.name} {json.dumps(c.arguments, ensure_ascii=False)}" for c in reply.calls
@@ -376,201 +376,12 @@ def _check_prefix(
     break), counting the check; on a break, the loss goes off from it to the end. ``final``:
     the episode has ended, and a trajectory that stops inside the rendering (the newline after
     the last ``<|im_end|>``, an observation cut by the token cap) is no break."""
-    if out.prefix_break is not None:
+    if out.tool_use.prefix_break is not None:
         return
     at = checker.mismatch(out.token_ids, messages)
     if final and at is not None and at >= len(out.token_ids):
         at = None
     record_prefix_check(at)
     if at is not None:
-        out.prefix_break = at
+        out.tool_use.prefix_break = at
         out.loss_mask = mask_after_break(out.loss_mask, at)
-
-
-# ---------------------------------------------------------------------------------------------
-# The OpenAI-compatible chat scaffold
-
-
-def chat_tools(task: Task) -> list[dict[str, Any]]:
-    """OpenAI ``tools`` for a task (``apply`` only where the task has candidate edits)."""
-
-    def tool(name: str, description: str, props: dict[str, str]) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        k: {"type": "string", "description": v} for k, v in props.items()
-                    },
-                    "required": list(props),
-                },
-            },
-        }
-
-    tools = [
-        tool("bash", "Run a shell command in the repository.", {"command": "the command"}),
-        tool("view", "Show a file.", {"path": "file path"}),
-        tool(
-            "edit",
-            "Replace the single occurrence of `old` in a file with `new`.",
-            {"path": "file path", "old": "exact text to replace", "new": "replacement"},
-        ),
-        tool("submit", "Finish; the hidden tests run.", {}),
-    ]
-    if task.visible_test_command:
-        tools.append(tool("run_tests", "Run the visible tests.", {}))
-    if task.candidate_edits:
-        names = ", ".join(e.name for e in task.candidate_edits)
-        tools.append(tool("apply", f"Apply a named candidate edit ({names}).", {"name": "edit"}))
-    return tools
-
-
-class ChatClient:
-    """Minimal OpenAI ``/v1/chat/completions`` caller on one shared aiohttp pool.
-
-    Not an SGLang client: it speaks the OpenAI API any server (SGLang, vLLM, a hosted model)
-    offers. Its pool size is passed in, derived from the spec like the engine client's.
-    """
-
-    def __init__(self, *, model: str, max_connections: int, api_key: str | None = None) -> None:
-        self.model = model
-        self._max_connections = max_connections
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session: aiohttp.ClientSession | None = None
-
-    def _ensure(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections, limit_per_host=self._max_connections
-            )
-            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    async def complete(
-        self, base_url: str, body: dict[str, Any], *, timeout: float
-    ) -> dict[str, Any]:
-        url = f"{base_url.rstrip('/')}/v1/chat/completions"
-        try:
-            async with self._ensure().post(
-                url,
-                json={"model": self.model, **body},
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                text = await resp.text()
-                if resp.status >= 500:
-                    raise EngineUnavailable(
-                        f"{url}: HTTP {resp.status}: {text[:200]}", url=url, status=resp.status
-                    )
-                if resp.status >= 400:
-                    raise EngineRequestError(
-                        f"{url}: HTTP {resp.status}: {text[:200]}", url=url, status=resp.status
-                    )
-                data: dict[str, Any] = json.loads(text)
-                return data
-        except TimeoutError as exc:
-            raise EngineTimeout(f"{url}: no answer within {timeout:g}s", url=url) from exc
-        except aiohttp.ClientError as exc:
-            raise EngineUnavailable(f"{url}: {exc}", url=url) from exc
-        except json.JSONDecodeError as exc:
-            raise EngineUnavailable(f"{url}: response is not JSON", url=url) from exc
-
-
-class ChatAgent:
-    """Evaluation scaffold: OpenAI chat with tool calls, one tool call executed per turn."""
-
-    def __init__(self, pool: EnginePool, client: ChatClient, caps: EpisodeCaps) -> None:
-        self.pool = pool
-        self.client = client
-        self.caps = caps
-
-    async def run(
-        self, episode_id: str, task: Task, tools: ToolRunner, out: TrajectoryBuilder
-    ) -> None:
-        caps = self.caps
-        out.token_level = False
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": task.instruction},
-        ]
-        spec_tools = chat_tools(task)
-        used_tokens = 0
-        while True:
-            if len(out.turns) >= caps.max_turns:
-                out.truncation = TruncationCap.TURNS
-                return
-            budget = caps.max_trajectory_tokens - used_tokens
-            if budget <= 0:
-                out.truncation = TruncationCap.TRAJECTORY_TOKENS
-                return
-            body = {
-                "messages": messages,
-                "tools": spec_tools,
-                "max_tokens": min(caps.max_tokens_per_turn, budget),
-                "temperature": caps.temperature,
-                "top_p": caps.top_p,
-            }
-            start = time.monotonic()
-
-            async def send(engine: GenerateEngine, body: dict[str, Any] = body) -> dict[str, Any]:
-                return await self.client.complete(
-                    engine.base_url, body, timeout=caps.llm_timeout_seconds
-                )
-
-            data, engine_url = await self.pool.call(episode_id, send)
-            out.llm_seconds += time.monotonic() - start
-            usage = data.get("usage") or {}
-            used_tokens = int(usage.get("total_tokens", used_tokens))
-            choice = (data.get("choices") or [{}])[0]
-            message = choice.get("message") or {}
-            messages.append({k: v for k, v in message.items() if v is not None})
-            calls = message.get("tool_calls") or []
-            if not calls:
-                observation = "Call exactly one tool."
-                messages.append({"role": "user", "content": observation})
-                out.turns.append(
-                    TurnRecord(
-                        action=str(message.get("content", ""))[:500],
-                        observation=observation,
-                        engine=engine_url,
-                    )
-                )
-                continue
-            first = calls[0]
-            function = first.get("function") or {}
-            name = str(function.get("name", ""))
-            try:
-                raw_args = json.loads(function.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                raw_args = {}
-            args = {str(k): str(v) for k, v in (raw_args or {}).items()}
-            call = (
-                ToolCall(name=name, arguments=args)
-                if name in ("bash", "view", "edit", "submit", "run_tests", "apply")
-                else None
-            )
-            result = await tools.run(call)
-            out.tool_seconds += result.seconds
-            out.turns.append(
-                TurnRecord(
-                    action=f"{name} {json.dumps(args)}"[:500],
-                    observation=result.observation,
-                    finish_reason=str(choice.get("finish_reason", "")),
-                    engine=engine_url,
-                )
-            )
-            if result.submitted:
-                out.submitted = True
-                return
-            for extra in calls:
-                # One tool call runs per turn; the others are answered so the API stays valid.
-                content = result.observation if extra is first else "not run: one call per turn"
-                messages.append(
-                    {"role": "tool", "tool_call_id": extra.get("id", ""), "content": content}
-                )

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentrl.api.wire import CONFIG_RUNTIME_KEY, RUNTIME_FILE, RuntimeConfig
+from agentrl.api.wire import CONFIG_RUNTIME_KEY, RUNTIME_FILE, WireSkewError, receive_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +73,24 @@ class ConcurrencySource(Protocol):
 
 def parse_runtime(text: str) -> InEffect:
     """The in-effect figures of a ``runtime.yaml`` (:class:`~agentrl.api.wire.RuntimeConfig`,
-    what the operator writes); ValueError when it is not one."""
+    what the operator writes), read under the wire contract's skew policy: keys the rollout
+    tier does not know (an operator one minor version apart) are logged and ignored.
+    ValueError when it is not one; a :class:`~agentrl.api.wire.WireSkewError` (a ValueError
+    too, naming both versions) when an operator more than one minor version apart wrote it."""
     try:
-        runtime = RuntimeConfig.model_validate(yaml.safe_load(text))
+        received = receive_runtime(yaml.safe_load(text), reader="this rollout tier")
+    except WireSkewError:
+        raise
     except (yaml.YAMLError, ValidationError) as exc:
         raise ValueError(f"runtime.yaml is not the operator's runtime config: {exc}") from exc
+    if received.unknown:
+        logger.warning(
+            "runtime.yaml (wire contract %s) has keys this rollout tier does not know, "
+            "ignored: %s",
+            received.version,
+            ", ".join(received.unknown),
+        )
+    runtime = received.value
     return InEffect(concurrency=runtime.sandbox.concurrency, workers=runtime.rollout.workers)
 
 

@@ -49,7 +49,6 @@ from agentrl.rollout.caps import EpisodeCaps
 from agentrl.rollout.sandbox_setup import SetupError, prepare_sandbox
 from agentrl.rollout.swe_tools import SWEToolRunner
 from agentrl.rollout.tasks.model import HarnessVerification, Task
-from agentrl.rollout.tools import ToolRunner
 from agentrl.rollout.trajectory import Timings, Trajectory, training_action
 from agentrl.rollout.verifier import VerifierError, VerifierResult, grade_patch, verify
 from agentrl.sandbox.errors import SandboxCreateError, SandboxError
@@ -62,10 +61,10 @@ MAX_RETRY_BACKOFF_SECONDS = 300.0
 
 
 class Agent(Protocol):
-    """A scaffold (:class:`~agentrl.rollout.agent.TokenAgent` or ``ChatAgent``)."""
+    """The scaffold (:class:`~agentrl.rollout.agent.TokenAgent`; tests script others)."""
 
     async def run(
-        self, episode_id: str, task: Task, tools: ToolRunner, out: TrajectoryBuilder
+        self, episode_id: str, task: Task, tools: SWEToolRunner, out: TrajectoryBuilder
     ) -> None: ...
 
 
@@ -218,6 +217,7 @@ class EpisodeRunner:
             token_level=out.token_level,
             weight_versions=out.weight_versions,
             turns=out.turns,
+            tool_use=out.tool_use,
             timings=timings,
         )
         _record(trajectory)

@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from agentrl.api.model import CHAT_TEMPLATE_FIELD, TOOL_CALL_PARSER_FIELD, ChatTemplateSource
-from agentrl.rollout import metrics
+from agentrl.rollout import metrics, text_actions
+from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.toolcalls import (
     ParsedReply,
     ParsedToolCall,
@@ -255,15 +256,20 @@ class HFTurnTokenizer:
             raise self._unstable(f"adding {roles} messages changes the ids of earlier turns")
         return ids[len(self._base_ids) :]
 
+    def task_message(self, task: Task) -> str:
+        """The first user message of an episode: the instruction (the tools are in the
+        template), or without a parser the instruction and the text actions."""
+        if self.parser is None:
+            return text_actions.task_message(task)
+        return task.instruction
+
     def parse_reply(self, generated: Sequence[int]) -> ParsedReply:
         """The content, reasoning and tool calls of the engine's output ids, decoded as the
-        agent decodes them (:meth:`decode`) and read by ``tool_call_parser``; a malformed call
-        is the reply's ``error`` (:class:`~agentrl.rollout.toolcalls.ToolCallError`)."""
+        agent decodes them (:meth:`decode`) and read by ``tool_call_parser`` (without one: as a
+        text action, :mod:`agentrl.rollout.text_actions`); a malformed call is the reply's
+        ``error`` (:class:`~agentrl.rollout.toolcalls.ToolCallError`)."""
         if self.parser is None:
-            raise TokenizerConfigError(
-                f"reading tool calls needs {TOOL_CALL_PARSER_FIELD}: none was given for "
-                f"{self._name}"
-            )
+            return text_actions.parse_text_action(self.decode(generated))
         return self.parser.parse(self.decode(generated), self.tools, reasoning=self.reasoning)
 
     def render_ids(self, messages: Sequence[Message], *, generation_prompt: bool) -> list[int]:
@@ -287,10 +293,11 @@ class HFTurnTokenizer:
             trajectory, self.render_ids(messages, generation_prompt=generation_prompt)
         )
 
-    def prefix_checker(self) -> PrefixChecker:
+    def prefix_checker(self) -> PrefixChecker | None:
         """A :meth:`prefix_mismatch` for one episode that tokenises only what is new since its
-        last check (one per episode: the tokenizer is shared by all of them)."""
-        return PrefixChecker(self)
+        last check (one per episode: the tokenizer is shared by all of them); None without a
+        ``tool_call_parser``, whose text actions the template has no calls for."""
+        return PrefixChecker(self) if self.parser is not None else None
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))

@@ -35,13 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentrl.rollout.tasks.model import Task
-from agentrl.rollout.tools import (
-    ToolCall,
-    ToolResult,
-    ToolRunner,
-    format_exec,
-    truncate_output,
-)
+from agentrl.rollout.tools import ToolResult, format_exec, replace_once, truncate_output
 from agentrl.sandbox.provider import Sandbox, resolve_path
 
 BASH: Final = "bash"
@@ -51,6 +45,9 @@ SWE_TOOL_NAMES: Final = (BASH, EDITOR, SUBMIT)
 #: The toy tasks' named candidate edits as a native tool (the text actions' ``apply NAME``):
 #: offered only to a job whose tasks have them (:func:`tool_schemas` ``edits``).
 APPLY_EDIT: Final = "apply_edit"
+#: The toy tasks' visible tests as a tool (the text actions' ``run_tests``): run only for a
+#: task that has a visible test command, and never offered as a native tool.
+RUN_TESTS: Final = "run_tests"
 EDITOR_COMMANDS: Final = ("view", "create", "str_replace", "insert", "undo_edit")
 #: Lines of context shown around an edit.
 SNIPPET_LINES: Final = 4
@@ -193,18 +190,20 @@ def _view_range(value: Any) -> list[int] | None:
     return None if None in ints else [int(v) for v in ints if v is not None]
 
 
-class SWEToolRunner(ToolRunner):
-    """Runs ``bash``, ``str_replace_editor`` and ``submit`` calls for one episode (and the text
-    actions of :class:`ToolRunner`, which it extends).
+class SWEToolRunner:
+    """Runs the tool calls of one episode in its sandbox: ``bash``, ``str_replace_editor`` and
+    ``submit``, and for toy tasks ``apply_edit`` (tasks with candidate edits) and
+    ``run_tests`` (tasks with a visible test command).
 
     The commit the diff of ``submit`` is taken against is read before the first call runs."""
 
     def __init__(
         self, sandbox: Sandbox, task: Task, *, timeout_seconds: float, output_max_bytes: int
     ) -> None:
-        super().__init__(
-            sandbox, task, timeout_seconds=timeout_seconds, output_max_bytes=output_max_bytes
-        )
+        self.sandbox = sandbox
+        self.task = task
+        self.timeout_seconds = timeout_seconds
+        self.output_max_bytes = output_max_bytes
         self.base_commit: str | None = None
         """The repository's ``HEAD`` before the agent's first call (None: not a repository)."""
         self._base_read = False
@@ -212,6 +211,14 @@ class SWEToolRunner(ToolRunner):
         """Per file, its contents before each edit (None: it did not exist)."""
         self.patch: str | None = None
         """The diff ``submit`` captured (None until then)."""
+
+    def tool_names(self) -> list[str]:
+        """The tools this task's calls may name."""
+        return [
+            *SWE_TOOL_NAMES,
+            *([APPLY_EDIT] if self.task.candidate_edits else []),
+            *([RUN_TESTS] if self.task.visible_test_command else []),
+        ]
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
         """Run the tool ``name`` with the model's ``arguments`` (its JSON object)."""
@@ -225,15 +232,40 @@ class SWEToolRunner(ToolRunner):
             patch = await self.capture_patch()
             return ToolResult(observation="submitted", submitted=True, patch=patch)
         elif name == APPLY_EDIT and self.task.candidate_edits:
-            edit = str(args.get("name", ""))
-            result = await self._apply(ToolCall(name="apply", arguments={"name": edit}))
+            result = await self._apply(str(args.get("name", "")))
+        elif name == RUN_TESTS and self.task.visible_test_command:
+            result = await self._exec(self.task.visible_test_command)
         else:
-            names = [*SWE_TOOL_NAMES, *([APPLY_EDIT] if self.task.candidate_edits else [])]
-            known = ", ".join(names)
+            known = ", ".join(self.tool_names())
             result = ToolResult(observation=f"unknown tool {name!r}; the tools are: {known}")
         return result.model_copy(
             update={"observation": truncate_output(result.observation, self.output_max_bytes)}
         )
+
+    async def _exec(self, command: str) -> ToolResult:
+        result = await self.sandbox.exec(command, timeout=self.timeout_seconds)
+        return ToolResult(
+            observation=format_exec(result, self.timeout_seconds),
+            seconds=result.duration_seconds,
+        )
+
+    async def _apply(self, name: str) -> ToolResult:
+        edits = {e.name: e for e in self.task.candidate_edits}
+        if name not in edits:
+            known = " ".join(edits) or "(none)"
+            return ToolResult(observation=f"unknown edit {name!r}; candidate edits: {known}")
+        edit = edits[name]
+        # Candidate edits are alternatives, each written against the task's original files:
+        # applying one first undoes whichever was applied before, so trying another candidate
+        # after a failing test run is one call, not a revert plus an apply.
+        for path in sorted({e.path for e in self.task.candidate_edits}):
+            original = self.task.files.get(path)
+            if original is not None:
+                await self.sandbox.write_file(path, original)
+        problem = await replace_once(self.sandbox, edit.path, edit.old, edit.new)
+        if problem is not None:
+            return ToolResult(observation=f"edit {name} does not apply: {problem}")
+        return ToolResult(observation=f"applied {name} to {edit.path}")
 
     async def _git(self, command: str) -> tuple[bool, str]:
         result = await self.sandbox.exec(command, timeout=self.timeout_seconds)

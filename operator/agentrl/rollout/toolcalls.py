@@ -89,14 +89,18 @@ class ParsedReply(BaseModel):
     calls: list[ParsedToolCall] = Field(default_factory=list)
     """The calls, in order; empty on an error."""
     error: ToolCallError | None = None
+    text_action: bool = False
+    """The calls were read from a one-line text action (:mod:`agentrl.rollout.text_actions`),
+    not from a template's call syntax: the assistant message is the reply's text."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The assistant message for this reply, as the chat template renders it back: content
-        and calls, or, when the calls were unreadable, the reply text as content."""
+        and calls, or, when the calls were unreadable or written as a text action, the reply
+        text as content."""
         message: dict[str, Any] = {"role": "assistant"}
         if self.reasoning is not None:
             message["reasoning_content"] = self.reasoning
-        if self.error is not None:
+        if self.error is not None or self.text_action:
             message["content"] = self._body()
             return message
         message["content"] = self.content

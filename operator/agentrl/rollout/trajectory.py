@@ -74,6 +74,24 @@ class Timings(BaseModel):
         return max(0.0, self.finished_at - self.started_at)
 
 
+class ToolUse(BaseModel):
+    """How an episode's agent used its tools (native tool calls; text actions count the same
+    way): what the tool-health metrics and ``status.rollout.tools`` are computed from."""
+
+    calls: int = Field(default=0, ge=0)
+    """Tool calls read from the model's replies (``submit`` included)."""
+    call_errors: int = Field(default=0, ge=0)
+    """Replies whose calls could not be read (malformed, unknown tool, bad arguments)."""
+    turns_without_call: int = Field(default=0, ge=0)
+    """Replies that called no tool at all."""
+    prefix_checked: bool = False
+    """The trajectory was checked against the chat template's rendering of the conversation
+    (native tool calls; text actions have no template to check against)."""
+    prefix_break: int | None = Field(default=None, ge=0)
+    """The token index where the trajectory stopped being the template's rendering of the
+    conversation (the loss is off from there); None: it never broke."""
+
+
 class TurnRecord(BaseModel):
     """One agent turn, for logs and debugging (not used by the loss)."""
 
@@ -122,6 +140,7 @@ class Trajectory(BaseModel):
     weight_versions: list[str] = Field(default_factory=list)
     """Weight versions the engines reported, one per turn (several after a mid-episode sync)."""
     turns: list[TurnRecord] = Field(default_factory=list)
+    tool_use: ToolUse = Field(default_factory=ToolUse)
     timings: Timings = Field(default_factory=Timings)
 
     @model_validator(mode="after")

@@ -457,12 +457,12 @@ def prior_observation(situation: str, rng: random.Random, edit_names: Sequence[s
         )
     return rng.choice(
         [
-            "unknown action.\nReply with exactly one action on the first line:\n"
-            f"run_tests | view PATH | bash CMD | apply EDIT_NAME | submit\n"
-            f"candidate edits: {offered}",
-            "usage: view PATH",
-            "usage: bash CMD",
-            f"no such file: {_filler(rng, 1)}",
+            f"Your tool call could not be read (unknown_tool): '{_word(rng)}' is not an "
+            "action; reply with one of: run_tests | view PATH | bash CMD | apply EDIT_NAME | "
+            "submit",
+            "str_replace_editor view: give the file's `path`",
+            "bash: give the command to run in `command`",
+            f"The path {_filler(rng, 1)} does not exist.",
             f"sh: 1: {_word(rng)}: not found\n[exit code 127]",
         ]
     )

@@ -20,6 +20,16 @@ verbatim to stderr and ``--log-file`` and then, by ``--fault-mode``:
 * ``hang`` stops answering HTTP on every route (a wedged server);
 * ``stall`` keeps answering ``/health`` and ``/metrics`` — which report running requests — but
   generates no token (a dead inference thread behind a live HTTP server).
+
+Apart from those, ``--fault-weight-updates-after N`` breaks the weight route alone: after N
+weight updates taken, every weight-update route (``/update_weights_from_disk``,
+``/init_weights_update_group``, ``/update_weights_from_distributed``) answers 503 and loads
+nothing, while generation, ``/health`` and ``/model_info`` go on serving the last weights taken —
+an engine whose weight loading broke behind a live server (the trainer's pushes fail, the
+watchdog sees nothing to restart). 503, not 404: the route answered N times, so it is there and
+failing, not gone; the client counts it as the engine unavailable (retryable), as it would a
+real loader's failure behind a proxy. On a cluster a ``server: tiny`` job passes these flags in
+``spec.inference.extraArgs`` (``--flag=value``).
 """
 
 from __future__ import annotations
@@ -55,12 +65,19 @@ class FaultPlan:
     """When and how the engine breaks (all optional; no fault by default)."""
 
     def __init__(
-        self, *, line: str | None, after_requests: int | None, mode: FaultMode | None
+        self,
+        *,
+        line: str | None,
+        after_requests: int | None,
+        mode: FaultMode | None,
+        weight_updates_after: int | None = None,
     ) -> None:
         self.line = line
         self.after_requests = after_requests
         self.mode: FaultMode | None = mode
         self.fired = False
+        self.weight_updates_after = weight_updates_after
+        """Weight updates taken before every weight-update route answers 503 (None: never)."""
 
     @property
     def armed(self) -> bool:
@@ -123,6 +140,8 @@ class TinyEngine:
         self.hung = asyncio.Event()  # set: never; awaited forever by a hung server
         self.stalled = False
         self.answered = 0
+        self.weight_updates = 0
+        """Weight updates taken (from disk or by broadcast): ``--fault-weight-updates-after``."""
         self._wake = asyncio.Event()
         self._rid = itertools.count()
         self._recent: list[tuple[float, int]] = []  # (time, tokens) of recent decode steps
@@ -199,6 +218,23 @@ class TinyEngine:
         """Await forever when the server is hung (every route calls this first)."""
         if self._hanging:
             await self.hung.wait()
+
+    def weight_route_fault(self, route: str) -> web.Response | None:
+        """The 503 a weight-update route answers once ``--fault-weight-updates-after`` updates
+        were taken; None while it still takes them (every weight-update route asks first)."""
+        after = self.fault.weight_updates_after
+        if after is None or self.weight_updates < after:
+            return None
+        text = (
+            f"{route} is failing: this engine took {self.weight_updates} weight updates and "
+            f"takes no more (--fault-weight-updates-after {after})"
+        )
+        log.warning("refused %s: weight updates are failing", route)
+        return web.Response(status=503, text=text)
+
+    def weight_update_taken(self) -> None:
+        """Count one weight update taken (towards ``--fault-weight-updates-after``)."""
+        self.weight_updates += 1
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -458,6 +494,8 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
 
     async def update_from_disk(request: web.Request) -> web.Response:
         await engine.guard()
+        if (refused := engine.weight_route_fault("/update_weights_from_disk")) is not None:
+            return refused
         body = await request.json()
         path = body.get("model_path")
         if not isinstance(path, str):
@@ -474,6 +512,7 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
             # flush worked: with requests held (paused in place) its scheduler dies.
             engine.write_line(f"AssertionError: {FLUSH_AFTER_UPDATE_FAILED}")
             raise web.HTTPInternalServerError(text=FLUSH_AFTER_UPDATE_FAILED)
+        engine.weight_update_taken()
         log.info("weights loaded from %s (version %s)", path, engine.weight_version)
         return web.json_response(
             {
@@ -588,6 +627,12 @@ def load_model(model_path: str, *, seed: int, edit_names: tuple[str, ...]) -> Se
     help="crash: exit non-zero; hang: stop answering HTTP; stall: no tokens, "
     "running requests still reported.",
 )
+@click.option(
+    "--fault-weight-updates-after",
+    type=click.IntRange(min=0),
+    help="After this many weight updates taken, every weight-update route answers 503 "
+    "(generation goes on with the last weights taken; independent of --fault-mode).",
+)
 def serve_tiny(
     model_path: str,
     host: str,
@@ -602,6 +647,7 @@ def serve_tiny(
     fault_line: str | None,
     fault_after_requests: int | None,
     fault_mode: FaultMode | None,
+    fault_weight_updates_after: int | None,
 ) -> None:
     """Serve the tiny policy or an HF causal LM on CPU behind SGLang's HTTP API (for agentrl
     run and tests)."""
@@ -624,7 +670,12 @@ def serve_tiny(
         context_length=context_length,
         max_running_requests=max_running_requests,
         seed=seed,
-        fault=FaultPlan(line=fault_line, after_requests=fault_after_requests, mode=fault_mode),
+        fault=FaultPlan(
+            line=fault_line,
+            after_requests=fault_after_requests,
+            mode=fault_mode,
+            weight_updates_after=fault_weight_updates_after,
+        ),
         log_file=log_file,
     )
     asyncio.run(_serve(engine, host, port))

@@ -56,12 +56,14 @@ class WeightGroups:
         self.groups: dict[str, BroadcastGroup] = {}
 
 
-def add_routes(app: web.Application, engine: Any) -> None:
+def add_routes(app: web.Application, engine: Any) -> None:  # noqa: C901 - a handler per route
     """Serve both endpoints for ``engine`` (a ``tiny_server.TinyEngine``)."""
     state = WeightGroups()
 
     async def init_group(request: web.Request) -> web.Response:
         await engine.guard()  # a hung engine answers nothing, like on every other route
+        if (refused := engine.weight_route_fault("/init_weights_update_group")) is not None:
+            return refused  # --fault-weight-updates-after
         try:
             body = InitGroupRequest.model_validate(await request.json())
         except ValidationError as exc:
@@ -87,6 +89,8 @@ def add_routes(app: web.Application, engine: Any) -> None:
 
     async def update(request: web.Request) -> web.Response:
         await engine.guard()
+        if (refused := engine.weight_route_fault("/update_weights_from_distributed")) is not None:
+            return refused
         try:
             body = UpdateFromDistributedRequest.model_validate(await request.json())
         except ValidationError as exc:
@@ -113,6 +117,7 @@ def add_routes(app: web.Application, engine: Any) -> None:
         except (RuntimeError, ValueError) as exc:
             return web.json_response({"success": False, "message": str(exc)}, status=400)
         engine.weight_version = body.weight_version or engine.weight_version
+        engine.weight_update_taken()
         if body.flush_cache and not engine.idle:
             # as on /update_weights_from_disk: SGLang's scheduler asserts the flush worked
             message = "Cache flush failed after updating weights"

@@ -59,6 +59,9 @@ class StepSelection(BaseModel):
     zero_variance: int
     """Groups among ``taken`` + ``dropped`` whose rewards were all equal."""
     samples: list[TrainSample]
+    zero_variance_dropped: int = 0
+    """Of ``zero_variance``, the groups in ``dropped`` (they leave the buffer now; the taken
+    ones only once the step trains: the driver counts each group once, when it leaves)."""
 
     @property
     def trajectories(self) -> int:
@@ -115,13 +118,18 @@ def select_step(
             return None
         # Not enough for a step, but the signal-less groups can leave now (and be refilled).
         return StepSelection(
-            taken=[], dropped=dropped, zero_variance=zero_variance_dropped, samples=[]
+            taken=[],
+            dropped=dropped,
+            zero_variance=zero_variance_dropped,
+            samples=[],
+            zero_variance_dropped=zero_variance_dropped,
         )
     return StepSelection(
         taken=taken,
         dropped=dropped,
         zero_variance=zero_variance + zero_variance_dropped,
         samples=samples,
+        zero_variance_dropped=zero_variance_dropped,
     )
 
 

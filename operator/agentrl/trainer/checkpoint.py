@@ -3,7 +3,10 @@ counters, restarts), written atomically every ``trainer.checkpoint.intervalSteps
 
 A killed trainer resumes from the newest complete checkpoint: same step, same counters, and the
 same data order — the tasks that were in flight when it was written are started again first,
-then the order continues where it stopped. Layout::
+then the order continues where it stopped. The counters agree with that replay: a trajectory is
+counted when its group leaves the buffer (trained on or dropped), the moment its task leaves
+``pending_positions``, so every task of the order is either counted once or pending (to be run
+and counted after a resume), never both (:class:`Counters`). Layout::
 
     DIR/step-00000010/model/            weights (backend format)
     DIR/step-00000010/optimizer.pt      optimizer state
@@ -18,28 +21,58 @@ checkpoint as the newest. Callers: :mod:`agentrl.trainer.loop`, ``agentrl run --
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from agentrl.api.rollout import TerminalClass
+from agentrl.rollout.tool_health import ToolTally
+from agentrl.rollout.trajectory import Trajectory
+
 DRIVER_FILE = "driver.json"
 
 
 class Counters(BaseModel):
-    """Running totals over the whole job (they survive restarts)."""
+    """Running totals over the whole job (they survive restarts), each trajectory counted once.
+
+    A finished trajectory is counted when its group leaves the driver's buffer: trained on by a
+    step, or dropped (no signal). Until then its task is pending, and a checkpoint written
+    meanwhile restarts that task on resume: counting on arrival would count the group's
+    trajectories in the checkpoint and again when the resumed run re-runs the task. Counted at
+    that moment, the counters of a checkpoint cover exactly the tasks it does not replay. The
+    cost: the figures trail by what waits in the buffer (at most about a step's worth)."""
 
     trajectories: int = 0
-    """Finished trajectories received from the rollout tier."""
+    """Finished trajectories of the groups trained on or dropped."""
     trained_trajectories: int = 0
+    """Trajectories in a step (infra errors and ``drop`` classes left out)."""
     infra_errors: int = 0
+    """Infra-error trajectories among ``trajectories`` (none of them trained on)."""
     infra_errors_in_training: int = 0
     """Infra-error trajectories that reached a loss: 0 by construction, counted to prove it."""
     dropped_groups: int = 0
+    """Groups that left the buffer without training (fewer than two members with a reward,
+    or equal rewards under ``dropAndRefill``)."""
     zero_variance_groups: int = 0
+    """Groups whose rewards were all equal, counted when they left the buffer."""
     classes: dict[str, int] = Field(default_factory=dict)
-    """Terminal class → trajectories."""
+    """Terminal class → trajectories (of ``trajectories``)."""
+    tools: ToolTally = Field(default_factory=ToolTally)
+    """Tool use over the same trajectories (``status.rollout.tools``); absent from a
+    checkpoint written before it: counting starts again at the resume."""
+
+    def add(self, trajectory: Trajectory) -> None:
+        """Count one trajectory whose group left the buffer: ``trajectories``, ``classes``,
+        ``infra_errors`` and ``tools``."""
+        self.trajectories += 1
+        cls = trajectory.terminal_class.value
+        self.classes[cls] = self.classes.get(cls, 0) + 1
+        self.tools.add(trajectory)
+        if trajectory.terminal_class == TerminalClass.INFRA_ERROR:
+            self.infra_errors += 1
 
 
 class WarmStartProgress(BaseModel):
@@ -109,8 +142,14 @@ class CheckpointStore:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        backend.save_state(tmp)
-        (tmp / DRIVER_FILE).write_text(state.model_dump_json(indent=2))
+        try:
+            backend.save_state(tmp)
+            (tmp / DRIVER_FILE).write_text(state.model_dump_json(indent=2))
+        except BaseException:
+            # a full volume: what was written of this try would only make the next one fail
+            with contextlib.suppress(OSError):
+                shutil.rmtree(tmp)
+            raise
         if final.exists():  # the warm start rewrites step 0: the old one goes once replaced
             old = self.root / f".old-{final.name}"
             if old.exists():

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from agentrl.api.wire import WireSkewError
 from agentrl.trainer.config import DEFAULT_PLACEMENT_TIMEOUT_S, TrainerEnv, load_config
 
 
@@ -56,7 +57,12 @@ def trainer(
     env = TrainerEnv.from_environ()
     if config_path is not None:
         env = env.model_copy(update={"config": config_path})
-    config = load_config(env)
+    try:
+        config = load_config(env)
+    except WireSkewError as exc:
+        # One line, the log's last: the termination message the operator lifts into the
+        # job's WireCompatible condition (and the Failed one: no restart can read it either).
+        raise click.ClickException(str(exc)) from exc
     if dry_run:
         built = pod.dry_run(config)
         click.echo(json.dumps(built.model_dump(), indent=2))

@@ -17,6 +17,7 @@ Callers: :mod:`agentrl.trainer.cli`, :mod:`agentrl.trainer.factories`,
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -29,7 +30,10 @@ from agentrl.api.wire import (
     CONFIG_RUNTIME_KEY,
     SPEC_FILE,
     RuntimeConfig,
+    receive_runtime,
 )
+
+logger = logging.getLogger(__name__)
 
 #: The broadcast group of ``weightSync.mode: distributed`` listens on ``MASTER_PORT`` + this
 #: (``MASTER_PORT`` itself is the trainer ranks' own rendezvous).
@@ -110,19 +114,29 @@ class TrainerConfig(BaseModel):
 
 
 def load_config(env: TrainerEnv) -> TrainerConfig:
-    """The manifest at ``env.config`` and ``runtime.yaml`` beside it (the ConfigMap's two keys).
+    """The manifest at ``env.config`` and ``runtime.yaml`` beside it (the ConfigMap's two keys),
+    the latter under the wire contract's skew policy: keys this trainer does not know (an
+    operator one minor version apart) are logged and ignored.
 
     Raises:
         FileNotFoundError: either file is missing.
+        agentrl.api.wire.WireSkewError: an operator more than one minor version apart wrote
+            ``runtime.yaml`` (the message names both versions).
         pydantic.ValidationError: either is invalid.
     """
     from agentrl.api.validation import load_job
 
     job = load_job(env.config.read_text(encoding="utf-8"))
-    runtime = RuntimeConfig.model_validate(
-        yaml.safe_load(runtime_file(env).read_text(encoding="utf-8"))
+    received = receive_runtime(
+        yaml.safe_load(runtime_file(env).read_text(encoding="utf-8")), reader="this trainer"
     )
-    return TrainerConfig(job=job, runtime=runtime, env=env)
+    if received.unknown:
+        logger.warning(
+            "runtime.yaml (wire contract %s) has keys this trainer does not know, ignored: %s",
+            received.version,
+            ", ".join(received.unknown),
+        )
+    return TrainerConfig(job=job, runtime=received.value, env=env)
 
 
 def runtime_file(env: TrainerEnv) -> Path:

@@ -84,16 +84,21 @@ PRESETS: dict[str, ModelPreset] = {
 
 
 def create_model(
-    directory: str | Path, *, seed: int = 0, preset: str = "mini", template: str | None = None
+    directory: str | Path,
+    *,
+    seed: int = 0,
+    preset: str | ModelPreset = "mini",
+    template: str | None = None,
 ) -> Path:
     """Write a Qwen3-architecture model with random weights and the project's tokenizer into
-    ``directory`` (created if absent); returns it. ``template`` is a bundled chat template's
-    name (default: the tokenizer's, Qwen3 Instruct with tool calls)."""
+    ``directory`` (created if absent); returns it. ``preset``: a name of :data:`PRESETS` or a
+    shape of its own (``bench/stop_grace.py`` sizes models so). ``template`` is a bundled chat
+    template's name (default: the tokenizer's, Qwen3 Instruct with tool calls)."""
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     from agentrl.rollout.hf_model_files import EOS_TOKEN, PAD_TOKEN, write_tokenizer_files
 
-    if preset not in PRESETS:
+    if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"no model preset {preset!r}; the presets are {', '.join(PRESETS)}")
     out = Path(directory)
     kwargs: dict[str, Any] = {} if template is None else {"template": template}
@@ -101,7 +106,7 @@ def create_model(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(out))
-    shape = PRESETS[preset]
+    shape = PRESETS[preset] if isinstance(preset, str) else preset
     eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen3Config(

@@ -29,6 +29,19 @@ Staleness is a hard bound, kept in two places (never by discarding finished work
   an episode admitted that early is still running or waiting for its group. Only then would the
   trainer wait for a slow episode, and only for one that is already ``maxStaleness`` behind.
 
+Every counter (trajectories, classes, infra errors, tool use, zero-variance and dropped groups:
+:class:`~agentrl.trainer.checkpoint.Counters`, what the status and ``summary.json`` show) counts a
+group's trajectories once, when the group leaves the buffer — trained on or dropped — which is
+the moment its task leaves the checkpoint's pending tasks. A checkpoint's counters thus cover
+exactly the tasks a resume from it does not run again, and a trajectory that finished but was not
+trained on before a restart is counted once, when its re-run task's group is. The per-step
+windows of ``steps.jsonl`` (``classes``, ``infra_errors``, ``tools``) are counted the same way.
+
+A checkpoint save that fails is retried, counted and reported
+(:mod:`agentrl.trainer.checkpoint_saves`): training goes on, Degraded, until
+``checkpoint.maxFailedSaves`` failed saves in a row, or a failed save at the end or at a stop,
+end the run with :class:`~agentrl.trainer.checkpoint_saves.CheckpointSaveError`.
+
 The step-time breakdown measures the four parts the LMSYS/AMD report splits its step into: actor
 update, waiting for rollout, logprob recomputation, weight sync.
 
@@ -50,13 +63,15 @@ from pydantic import BaseModel, Field
 
 from agentrl.api.job import AgentRLJobSpec
 from agentrl.api.rollout import ClassAction, TerminalClass
+from agentrl.api.wire import CheckpointSaveFailure, ToolHealth
 from agentrl.rollout.admission import StalenessAdmission
 from agentrl.rollout.tasks.model import Task
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer import step_metrics
 from agentrl.trainer.batching import StepSelection, select_step
 from agentrl.trainer.buffer import Group, GroupBuffer
-from agentrl.trainer.checkpoint import CheckpointStore, DriverState
+from agentrl.trainer.checkpoint import CheckpointStore, Counters, DriverState
+from agentrl.trainer.checkpoint_saves import CheckpointSaver, SavePolicy, Sleep
 from agentrl.trainer.stats import StepStats
 from agentrl.trainer.stopping import StopRequest
 from agentrl.trainer.weight_sync import SyncReport, WeightSync, observe_failures
@@ -122,9 +137,10 @@ class StepRecord(BaseModel):
     pass_rate: float
     """Share of the step's trajectories with reward 1 (the tests passed)."""
     classes: dict[str, int]
-    """Terminal class → trajectories received since the previous step."""
+    """Terminal class → trajectories of the groups that left the buffer since the previous
+    step (this step's, and those dropped meanwhile): each trajectory in one step's window."""
     infra_errors: int
-    """Infra errors received since the previous step (none of them trained on)."""
+    """Infra errors in that window (none of them trained on)."""
     loss: float
     grad_norm: float
     clip_fraction: float
@@ -143,6 +159,9 @@ class StepRecord(BaseModel):
     times: StepTimes
     trajectory_lengths: list[int] = Field(default_factory=list)
     """Tokens of each trajectory in the step (for the length histogram)."""
+    tools: ToolHealth | None = None
+    """Tool health of the window of ``classes`` (:mod:`agentrl.rollout.tool_health`); None in
+    lines written before it."""
 
 
 class TaskOrder:
@@ -250,9 +269,11 @@ class TrainingDriver:
         max_steps: int | None = None,
         evaluation: Evaluator | None = None,
         stop: StopRequest | None = None,
+        save_sleep: Sleep | None = None,
     ) -> None:
         """``stop``: ends the loop cleanly at the next step boundary once requested (see the
-        module docstring); None runs to ``max_steps``."""
+        module docstring); None runs to ``max_steps``. ``save_sleep``: the wait between tries
+        of a failed checkpoint save (None: ``asyncio.sleep``; for tests)."""
         self.spec = spec
         self.backend = backend
         self.source = source
@@ -267,9 +288,14 @@ class TrainingDriver:
         self.max_steps = max_steps or spec.trainer.max_steps
         self.evaluation = evaluation
         self.stop = stop
+        self.saver = CheckpointSaver(
+            checkpoints, SavePolicy.from_spec(spec.trainer.checkpoint), sleep=save_sleep
+        )
         self.buffer = GroupBuffer(spec.rollout.group_size)
         self.records: list[StepRecord] = []
-        self._since: dict[str, int] = {}
+        self._window = Counters()
+        """What left the buffer since the previous step (the step line's ``classes``,
+        ``infra_errors`` and ``tools``)."""
         self._considered_groups = 0
         self._zero_variance = 0
         self._last_checkpoint = state.step
@@ -280,6 +306,12 @@ class TrainingDriver:
     def last_checkpoint_step(self) -> int:
         """The step of the newest checkpoint this driver wrote or resumed from."""
         return self._last_checkpoint
+
+    @property
+    def checkpoint_failure(self) -> CheckpointSaveFailure | None:
+        """The checkpoint saves failing now (None: the last save succeeded); it goes into the
+        trainer's progress."""
+        return self.saver.failure
 
     @property
     def stopped(self) -> bool:
@@ -325,7 +357,7 @@ class TrainingDriver:
                 if self.evaluation is not None:
                     self.evaluation.maybe_start(self.state.step)
         except asyncio.CancelledError:
-            self._stop_and_checkpoint()
+            await self._stop_and_checkpoint()
             if self.evaluation is not None:
                 await self.evaluation.cancel()
             raise
@@ -338,11 +370,11 @@ class TrainingDriver:
         """After the last step: checkpoint it; then await the held-out evaluation, or on a
         stop cancel it."""
         if not self.stopped:
-            self._checkpoint_if_new()
+            await self._checkpoint_if_new(final=True)
             if self.evaluation is not None:  # training is over: nothing waits behind it
                 await self.evaluation.finish(self.state.step)
             return
-        self._stop_and_checkpoint()
+        await self._stop_and_checkpoint()
         log.warning(
             "stopped (%s) after step %d; checkpoint at step %d, %d tasks pending",
             self.stop.reason if self.stop is not None else None,
@@ -353,11 +385,11 @@ class TrainingDriver:
         if self.evaluation is not None:  # the grace period is for the checkpoint
             await self.evaluation.cancel()
 
-    def _stop_and_checkpoint(self) -> None:
+    async def _stop_and_checkpoint(self) -> None:
         """On a stop or cancellation: the source starts no more episodes, so the checkpoint's
         cursor and pending tasks are final (the caller cancels the running ones)."""
         self.source.stop()
-        self._checkpoint_if_new()
+        await self._checkpoint_if_new(final=True)
 
     async def _next_or_stop(self, iterator: object) -> Trajectory | None:
         """The next finished trajectory, or None once a stop is requested (the wait for it is
@@ -412,30 +444,33 @@ class TrainingDriver:
     # -- the parts ---------------------------------------------------------------------------
 
     def _receive(self, trajectory: Trajectory) -> None:
-        counters = self.state.counters
-        counters.trajectories += 1
-        cls = trajectory.terminal_class.value
-        counters.classes[cls] = counters.classes.get(cls, 0) + 1
-        self._since[cls] = self._since.get(cls, 0) + 1
-        if trajectory.terminal_class == TerminalClass.INFRA_ERROR:
-            counters.infra_errors += 1
+        """File a finished trajectory; it is counted once its group leaves (:meth:`_leave`)."""
         if self.on_trajectory is not None:
             self.on_trajectory(trajectory)
         self.buffer.add(trajectory, now=time.monotonic())
 
-    def _retire_dropped(self, selection: StepSelection) -> None:
-        for group in selection.dropped:
+    def _leave(self, groups: Sequence[Group], *, zero_variance: int) -> None:
+        """``groups`` leave the buffer for good (trained on or dropped): their tasks are no
+        longer pending, and their trajectories are counted, once (module docstring)."""
+        for group in groups:
             self.buffer.pop(group.group_id)
             self.stream.retire(group.group_id)
+            for trajectory in group.trajectories:
+                self.state.counters.add(trajectory)
+                self._window.add(trajectory)
+        self._considered_groups += len(groups)
+        self._zero_variance += zero_variance
+        self.state.counters.zero_variance_groups += zero_variance
+
+    def _retire_dropped(self, selection: StepSelection) -> None:
+        self._leave(selection.dropped, zero_variance=selection.zero_variance_dropped)
+        for group in selection.dropped:
             # Their slots go back to admission so other groups refill the step (infra-dropped
             # members were already released by the scheduler).
             for t in group.trajectories:
                 if t.training_action != ClassAction.DROP:
                     self.admission.release()
             self.state.counters.dropped_groups += 1
-        self._considered_groups += len(selection.dropped) + len(selection.taken)
-        self._zero_variance += selection.zero_variance
-        self.state.counters.zero_variance_groups += selection.zero_variance
 
     async def _train(self, selection: StepSelection, waited: float) -> None:
         samples = selection.samples
@@ -443,9 +478,9 @@ class TrainingDriver:
         leaked = sum(s.trajectory.terminal_class == TerminalClass.INFRA_ERROR for s in samples)
         self.state.counters.infra_errors_in_training += leaked
         stats = await asyncio.to_thread(self.backend.train_step, samples)
-        for group in selection.taken:
-            self.buffer.pop(group.group_id)
-            self.stream.retire(group.group_id)
+        self._leave(
+            selection.taken, zero_variance=selection.zero_variance - selection.zero_variance_dropped
+        )
         self.state.step += 1
         self.state.counters.trained_trajectories += len(samples)
         version_trained = self.state.step - 1
@@ -458,7 +493,7 @@ class TrainingDriver:
             sync_seconds = report.seconds
             self.admission.set_policy_version(self.state.step)
         if self.state.step % self.spec.trainer.checkpoint.interval_steps == 0:
-            self._checkpoint()
+            await self._checkpoint()
         staleness = [version_trained - s.trajectory.policy_version for s in samples]
         rewards = [s.trajectory.reward or 0.0 for s in samples]
         times = StepTimes(
@@ -478,8 +513,8 @@ class TrainingDriver:
             tokens=sum(len(s.trajectory.token_ids) for s in samples),
             reward_mean=sum(rewards) / len(rewards),
             pass_rate=sum(r >= 1.0 for r in rewards) / len(rewards),
-            classes=dict(self._since),
-            infra_errors=self._since.get(TerminalClass.INFRA_ERROR.value, 0),
+            classes=dict(self._window.classes),
+            infra_errors=self._window.infra_errors,
             loss=stats.loss,
             grad_norm=stats.grad_norm,
             clip_fraction=stats.loss_stats.clip_fraction,
@@ -493,8 +528,9 @@ class TrainingDriver:
             weight_version=self.weight_sync.current_version,
             times=times,
             trajectory_lengths=[len(s.trajectory.token_ids) for s in samples],
+            tools=self._window.tools.health(),
         )
-        self._since = {}
+        self._window = Counters()
         self._considered_groups = 0
         self._zero_variance = 0
         step_metrics.observe(record)
@@ -507,13 +543,18 @@ class TrainingDriver:
         if self.on_step is not None:
             self.on_step(record)
 
-    def _checkpoint(self) -> None:
+    async def _checkpoint(self, *, final: bool = False) -> None:
+        """Save the step with its data position; a failed save is retried, counted and
+        reported, and raises once it is one too many (``final``: at the end or a stop)."""
         self.state.task_cursor = self.stream.cursor
         self.state.pending_positions = sorted(self.stream.outstanding)
         self.state.elapsed_seconds = time.monotonic() - self._started
-        self.checkpoints.save(self.backend, self.state)
-        self._last_checkpoint = self.state.step
+        saved = await self.saver.save(
+            self.backend, self.state, last_checkpoint=self._last_checkpoint, final=final
+        )
+        if saved is not None:
+            self._last_checkpoint = self.state.step
 
-    def _checkpoint_if_new(self) -> None:
+    async def _checkpoint_if_new(self, *, final: bool = False) -> None:
         if self.state.step > self._last_checkpoint:
-            self._checkpoint()
+            await self._checkpoint(final=final)

@@ -83,6 +83,7 @@ from agentrl.trainer.assembly import (
     sandbox_provider,
     warm_up,
 )
+from agentrl.trainer.checkpoint_saves import CheckpointSaveError
 from agentrl.trainer.config import (
     CHECKPOINT_SUBDIR,
     TrainerConfig,
@@ -258,9 +259,14 @@ async def _train(
                 tracker.on_stop(parts.state.step)
                 await tracker.flush()
                 return
-        await driver.run()
-        if driver.stopped:  # the status shows the step a resume continues from
-            tracker.on_stop(driver.last_checkpoint_step)
+        try:
+            await driver.run()
+        except CheckpointSaveError:  # the saves that ended the run reach the status first
+            tracker.on_checkpoint(driver.last_checkpoint_step, driver.checkpoint_failure)
+            await tracker.flush()
+            raise
+        # the status shows the step a resume continues from, and a failed save made good
+        tracker.on_checkpoint(driver.last_checkpoint_step, driver.checkpoint_failure)
         await tracker.flush()
 
 

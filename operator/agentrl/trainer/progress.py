@@ -10,7 +10,11 @@ error is logged and the next step reports again. The last held-out evaluation
 (:meth:`ProgressTracker.on_evaluation`) is reported at once and carried in every later report,
 and so are the engines whose weight pushes are failing (``weightPushFailures``: each engine, its
 failed pushes in a row and the last error, from the last push's
-:class:`~agentrl.trainer.weight_sync.SyncReport`), which the operator turns into ``Degraded``.
+:class:`~agentrl.trainer.weight_sync.SyncReport`), which the operator turns into ``Degraded``,
+and the checkpoint saves failing now (``checkpointSaveFailure``: the count in a row, the step and
+the last error, from :attr:`~agentrl.trainer.loop.TrainingDriver.checkpoint_failure`), which it
+turns into ``CheckpointSaved=False`` and ``Degraded``. After the driver's run (its last
+checkpoint, or the failure that ended it) :meth:`ProgressTracker.on_checkpoint` reports again.
 
 Callers: :mod:`agentrl.trainer.pod` (the driver, rank 0).
 """
@@ -24,6 +28,7 @@ from typing import Any, Protocol
 
 from agentrl.api.wire import (
     ANNOTATION_PROGRESS,
+    CheckpointSaveFailure,
     TrainerProgress,
     TrainerStage,
     WeightPushFailure,
@@ -102,9 +107,11 @@ def progress_of(
     last_checkpoint_step: int,
     hours: float,
     push_failures: list[WeightPushFailure] | None = None,
+    checkpoint_failure: CheckpointSaveFailure | None = None,
 ) -> TrainerProgress:
     """The annotation's content after ``record``'s step; ``push_failures``: the engines whose
-    weight pushes are failing after the last push (none: left out)."""
+    weight pushes are failing after the last push (none: left out); ``checkpoint_failure``:
+    the checkpoint saves failing now (None: left out)."""
     counters = state.counters
     seen = max(counters.trajectories, 1)
     return TrainerProgress(
@@ -115,7 +122,9 @@ def progress_of(
         mean_reward=record.reward_mean,
         infra_error_rate=counters.infra_errors / seen,
         truncated_rate=counters.classes.get("truncated", 0) / seen,
+        tools=counters.tools.health(),
         weight_push_failures=list(push_failures) if push_failures else None,
+        checkpoint_save_failure=checkpoint_failure,
     )
 
 
@@ -151,6 +160,7 @@ class ProgressTracker:
             last_checkpoint_step=getattr(driver, "_last_checkpoint", 0),
             hours=hours,
             push_failures=last_sync.failures if last_sync is not None else None,
+            checkpoint_failure=getattr(driver, "checkpoint_failure", None),
         )
         self._send()
 
@@ -192,6 +202,16 @@ class ProgressTracker:
         it, so the status shows the step a resume continues from."""
         last = self._last or TrainerProgress(step=self.state.step)
         self._last = last.model_copy(update={"last_checkpoint_step": checkpoint_step})
+        self._send()
+
+    def on_checkpoint(self, checkpoint_step: int, failure: CheckpointSaveFailure | None) -> None:
+        """The driver's run ended (its last step done, a stop, or a failed save): report its
+        last checkpoint and the saves failing now, so the status neither keeps a failure a
+        later save made good nor misses the one that ended the run."""
+        last = self._last or TrainerProgress(step=self.state.step)
+        self._last = last.model_copy(
+            update={"last_checkpoint_step": checkpoint_step, "checkpoint_save_failure": failure}
+        )
         self._send()
 
     def _send(self) -> None:

@@ -14,7 +14,11 @@ attempt is below the recorded count was already counted (the operator died betwe
 status and deleting the Job), so it is deleted without counting it again.
 
 A Job that failed because its ``activeDeadlineSeconds`` passed is not restarted: the deadline
-is the job's, not the attempt's.
+is the job's, not the attempt's. Nor is a trainer that refused the operator's ``runtime.yaml``
+as written in a wire contract version more than one minor version from its own (its last words
+start with ``api.wire.WIRE_SKEW_PREFIX``): the next attempt runs the same image against the same
+operator and can only refuse again, so the job fails at once (``VersionSkew``, naming both
+versions) instead of spending ``backoffLimit`` on it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.api import AgentRLJob, Reason
+from agentrl.api.wire import skew_line
 from agentrl.reconcile.observed import ObservedPod, ObservedTrainerJob
 
 #: The reason Kubernetes gives a Job that ran past its activeDeadlineSeconds.
@@ -49,7 +54,7 @@ class TrainerRestartDecision(BaseModel):
     restarted: bool = False
     """This decision counted a new restart (post a TrainerRestarting event)."""
     fail_reason: Reason | None = None
-    """The job is Failed: ``BackoffLimitExceeded`` or ``DeadlineExceeded``."""
+    """The job is Failed: ``BackoffLimitExceeded``, ``DeadlineExceeded`` or ``VersionSkew``."""
     failure_message: str | None = None
     """The trainer Job's own failure message, for the condition and the event."""
 
@@ -71,6 +76,19 @@ def last_words(pods: Sequence[ObservedPod]) -> str | None:
                 tail = "…" + tail[-LAST_WORDS_CHARS:]
             said.append(f"pod {pod.name} exited {code}" + (f": {tail}" if tail else ""))
     return "; ".join(said) or None
+
+
+def refusal(pods: Sequence[ObservedPod]) -> str | None:
+    """A failed trainer container's refusal of ``runtime.yaml`` (wire contract skew), as
+    ``pod NAME: wire contract skew: ...``; None when no trainer refused it."""
+    for pod in pods:
+        for container in pod.containers:
+            if container.name != TRAINER_CONTAINER or container.terminated_exit_code in (None, 0):
+                continue
+            found = skew_line(container.terminated_message)
+            if found is not None:
+                return f"pod {pod.name}: {found.line}"
+    return None
 
 
 def decide(
@@ -98,6 +116,10 @@ def decide(
             restarts=recorded_restarts,
             fail_reason=Reason.DEADLINE_EXCEEDED,
             failure_message=message,
+        )
+    if (refused := refusal(pods)) is not None:
+        return TrainerRestartDecision(
+            restarts=recorded_restarts, fail_reason=Reason.VERSION_SKEW, failure_message=refused
         )
     if recorded_restarts >= job.spec.trainer.backoff_limit:
         return TrainerRestartDecision(

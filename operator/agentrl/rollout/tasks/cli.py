@@ -17,7 +17,13 @@ import click
 
 from agentrl.api import AgentRLJob
 from agentrl.api.sandbox import SandboxSpec
-from agentrl.api.wire import CONFIG_RUNTIME_KEY, RuntimeConfig, SandboxPods, config_map_name
+from agentrl.api.wire import (
+    CONFIG_RUNTIME_KEY,
+    SandboxPods,
+    WireSkewError,
+    config_map_name,
+    receive_runtime,
+)
 from agentrl.rollout.tasks import generate_toy_tasks, load_dataset, task_images
 from agentrl.rollout.tasks.model import MissingTemplateError, Task, with_e2b_templates
 
@@ -111,6 +117,7 @@ def applied_sandbox_pods(
     default the kubeconfig's.
 
     Raises:
+        agentrl.api.wire.WireSkewError: an operator more than one minor version apart wrote it.
         LookupError: the job's ConfigMap is not there (the job is not applied), or the job runs
             another provider.
     """
@@ -130,9 +137,10 @@ def applied_sandbox_pods(
         raise LookupError(
             f"job {job} is not applied in namespace {where} (no ConfigMap {name})"
         ) from exc
-    runtime = RuntimeConfig.model_validate(
-        yaml.safe_load((found.data or {}).get(CONFIG_RUNTIME_KEY) or "{}")
-    )
+    runtime = receive_runtime(
+        yaml.safe_load((found.data or {}).get(CONFIG_RUNTIME_KEY) or "{}"),
+        reader="agentrl tasks validate",
+    ).value
     if runtime.sandbox.pods is None:
         raise LookupError(
             f"job {job} runs spec.sandbox.provider {runtime.sandbox.provider}: its ConfigMap "
@@ -290,6 +298,8 @@ def validate(
                     "first (spec.suspend: true keeps it from starting engines and the trainer), "
                     "with spec.sandbox.provider: kubernetes; or pass --namespace"
                 ) from exc
+            except WireSkewError as exc:
+                raise click.ClickException(str(exc)) from exc
             namespace = namespace or pods.template["metadata"].get("namespace")
     else:
         sandbox_spec = SandboxSpec(provider=provider)  # type: ignore[arg-type]
