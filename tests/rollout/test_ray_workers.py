@@ -181,6 +181,55 @@ async def test_without_retries_a_dead_workers_episodes_are_infra_errors_never_re
     assert all(t.reward in (0.0, 1.0) for t in got if t not in lost)
 
 
+async def test_workers_whose_processes_die_are_restarted_and_given_episodes_again(
+    ray_cluster: None, engine_url: str, tmp_path: Path
+) -> None:
+    """What a rolling update of the rollout Deployment does to the driver: every worker's
+    process dies at once. Ray restarts the actors; the driver waits for them rather than
+    failing episodes, opens them again and the run ends with every episode scored. Two
+    retries: an episode of the worker noticed dead first may be handed to the other before
+    its death is noticed too, and then to a restarted one."""
+    import signal
+
+    import ray
+
+    from agentrl.rollout import metrics
+
+    config = _config(engine_url, tmp_path, infra_retries=2)
+    spec = _spec(config)
+    actors = start_workers(config)
+    episodes = RemoteEpisodes(actors, spec)
+    restarts_before = metrics.ROLLOUT_WORKER_RESTARTS._value.get()
+    got = []
+    old_pids: list[int] = []
+    try:
+        async with open_remote_rollout(spec, episodes, tasks=generate_toy_tasks()[:4]) as scheduler:
+            async for trajectory in scheduler.trajectories():
+                got.append(trajectory)
+                if not old_pids:
+                    for _ in range(200):  # both workers hold episodes
+                        if all(episodes.outstanding()):
+                            break
+                        await asyncio.sleep(0.01)
+                    assert all(episodes.outstanding()), episodes.outstanding()
+                    old_pids = [w.pid for w in episodes.workers]
+                    for pid in old_pids:
+                        os.kill(pid, signal.SIGKILL)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    assert len(got) == 8
+    assert all(t.terminal_class != TerminalClass.INFRA_ERROR for t in got), [
+        t.infra_reason for t in got
+    ]
+    assert episodes.lost_episodes >= 2  # what both held when they died
+    assert 1 <= sum(t.attempt for t in got) == episodes.lost_episodes  # each loss retried
+    assert [w.restarts for w in episodes.workers] == [1, 1]
+    assert all(w.pid not in old_pids for w in episodes.workers)
+    assert episodes.alive == 2
+    assert metrics.ROLLOUT_WORKER_RESTARTS._value.get() - restarts_before == 2
+
+
 async def test_cancelling_the_scheduler_cancels_the_episodes_in_the_workers(
     ray_cluster: None, engine_url: str, tmp_path: Path
 ) -> None:

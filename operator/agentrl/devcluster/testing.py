@@ -156,12 +156,17 @@ def wait_for(
     interval: float = 0.25,
     what: str = "condition",
 ) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``.
+
+    Each wait prints how long it took (pytest shows it with ``-s`` or beside a failure): where
+    a long e2e test spends its time, wait by wait."""
+    start = time.monotonic()
+    deadline = start + timeout
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
         if last:
+            print(f"waited {time.monotonic() - start:6.1f} s for {what}", flush=True)
             return last
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")

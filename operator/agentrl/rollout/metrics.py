@@ -168,6 +168,11 @@ ROLLOUT_WORKERS_ALIVE = Gauge(
     "agentrl_rollout_workers_alive",
     "Rollout worker actors the driver can still hand episodes to.",
 )
+ROLLOUT_WORKER_RESTARTS = Counter(
+    "agentrl_rollout_worker_restarts_total",
+    "Rollout worker actors the driver gave episodes again after Ray restarted them (their "
+    "process or rollout pod died: evicted, OOM-killed, replaced by a rolling update).",
+)
 WORKER_SLOTS = Gauge(
     "agentrl_rollout_worker_slots",
     "Episodes the driver lets this rollout worker run at once (its slot grant; the grants of "

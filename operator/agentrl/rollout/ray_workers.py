@@ -41,12 +41,19 @@ worker's engine pools are sized by :func:`~agentrl.rollout.runtime.remote_worker
 The grants and queues are exported by each worker (``agentrl_rollout_worker_slots``,
 ``agentrl_rollout_prefetched_orders``).
 
-A worker that dies (its pod evicted, OOM) fails its outstanding episodes (running or queued)
-over to the live workers, within ``rollout.failurePolicy.infraRetries``; past it, or with no
-worker left alive, they end as ``infra_error`` trajectories with reason ``rollout_worker`` (never
-scored). Its slots go to the live workers. The dead worker's sandbox pods are reaped by the
-kubernetes provider's next create with the same worker id. With every worker dead the
-scheduler's episodes keep failing and the trainer stops with the reason logged.
+A worker that dies (its pod evicted, OOM-killed, or replaced by a rolling update of the rollout
+Deployment) fails its outstanding episodes (running or queued) over to the live workers, within
+``rollout.failurePolicy.infraRetries``; past it they end as ``infra_error`` trajectories with
+reason ``rollout_worker`` (never scored). Its slots go to the live workers. Ray restarts the
+actor (``max_restarts=-1``) in its bundle of the rollout placement group, which Ray places
+again on a rollout pod that joins the head (the replacement pod); until then a call to it
+answers "restarting". The driver keeps calling ``open`` (:data:`REOPEN_BACKOFF_SECONDS`) and,
+once the restarted actor answers, gives it orders and slots again under the same index, so its
+sandbox pods (the kubernetes provider's worker id) are reaped by its next create
+(``agentrl_rollout_worker_restarts_total`` counts these). While no worker is alive and one is
+being restarted, episodes wait for it instead of failing at once; an actor gone for good
+(``ActorDiedError``: killed without restart) is not waited for, and with none alive and none
+coming back, every episode ends as an ``infra_error`` at once.
 
 Everything crossing the process boundary is a pydantic model dumped to JSON (the job manifest,
 tasks, trajectories): no live objects are pickled.
@@ -98,6 +105,9 @@ COLLECT_WAIT_SECONDS: Final = 5.0
 METRICS_SNAPSHOT_SECONDS: Final = 5.0
 #: The infra-error category of an episode lost with its worker.
 WORKER_LOST: Final = "rollout_worker"
+#: First and longest wait between two ``open`` calls to a worker actor Ray is restarting (the
+#: wait doubles): how late after a replacement rollout pod joins the driver uses it again.
+REOPEN_BACKOFF_SECONDS: Final = (1.0, 15.0)
 
 
 class RolloutWorkerConfig(BaseModel):
@@ -230,8 +240,12 @@ class RolloutWorker:
         """Where this actor runs (placement group, bundle, node, process)."""
         return current_placement().model_dump()
 
-    async def open(self) -> dict[str, Any]:
-        """Build the sandbox provider, engine clients and episode runner; :class:`WorkerStats`."""
+    async def open(self, drop: bool = False) -> dict[str, Any]:
+        """Build the sandbox provider, engine clients and episode runner; :class:`WorkerStats`.
+
+        ``drop``: the driver failed this worker's episodes over (a call to it failed); if this
+        incarnation was open already (the failure was the connection, not the process), it
+        cancels what it still runs and queues, so nothing runs beyond the driver's grants."""
         from agentrl.api import AgentRLJob
         from agentrl.rollout.runtime import (
             configure_worker_process,
@@ -241,6 +255,8 @@ class RolloutWorker:
         from agentrl.sandbox import open_provider
 
         if self._wake is not None:
+            if drop:
+                await self._drop_all()
             return self._stats.model_dump()
         if self._runner is not None:  # given by a test
             self._wake = asyncio.Event()
@@ -394,9 +410,8 @@ class RolloutWorker:
         now = {"in_flight": len(self._running), "slots": self._slots, "queued": len(self._orders)}
         return self._stats.model_copy(update=now).model_dump()
 
-    async def close(self) -> dict[str, Any]:
-        """Drop the queue, cancel what still runs, close engines and provider; the final
-        :class:`WorkerStats`."""
+    async def _drop_all(self) -> None:
+        """Drop the queue and the grant, cancel what runs and forget what finished."""
         self._orders.clear()
         self._queue.clear()
         self._slots = 0
@@ -404,6 +419,12 @@ class RolloutWorker:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        self._ready.clear()
+
+    async def close(self) -> dict[str, Any]:
+        """Drop the queue, cancel what still runs, close engines and provider; the final
+        :class:`WorkerStats`."""
+        await self._drop_all()
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None
@@ -418,7 +439,8 @@ def start_workers(
     strategies: Sequence[Any] | None = None,
 ) -> list[Any]:
     """One actor per worker, each reserving ``cpus_per_worker`` so Ray spreads them over cores
-    (and over the rollout worker pods of a cluster).
+    (and over the rollout worker pods of a cluster); Ray restarts one whose process or node died
+    (:class:`RemoteEpisodes` opens it again).
 
     ``strategies``: one Ray scheduling strategy per worker — the bundles of the job's rollout
     placement group (:func:`start_workers_in`); None lets Ray
@@ -427,7 +449,7 @@ def start_workers(
 
     if strategies is not None and len(strategies) != config.workers:
         raise ValueError(f"{len(strategies)} scheduling strategies for {config.workers} workers")
-    actor = ray.remote(num_cpus=cpus_per_worker)(RolloutWorker)
+    actor = ray.remote(num_cpus=cpus_per_worker, max_restarts=-1)(RolloutWorker)
     payload = config.model_dump(mode="json")
     return [
         (
@@ -481,8 +503,16 @@ class _Worker:
     """Its newest answer's counts."""
     flushing: bool = False
     pid: int = 0
+    restarts: int = 0
+    """Times the driver opened it again after Ray restarted it."""
     collector: asyncio.Task[None] | None = None
     sender: asyncio.Task[None] | None = None
+    reopener: asyncio.Task[None] | None = None
+    """Calling ``open`` until Ray's restart of it answers (:meth:`RemoteEpisodes._reopen`)."""
+
+    @property
+    def reopening(self) -> bool:
+        return self.reopener is not None and not self.reopener.done()
 
     @property
     def holding(self) -> int:
@@ -537,6 +567,8 @@ class RemoteEpisodes:
         """Episodes whose worker died while running or holding them (each retried or dropped)."""
         self.final_stats: list[WorkerStats] = []
         """Each worker's last :class:`WorkerStats`, once :meth:`aclose` ran."""
+        self._revived = asyncio.Event()
+        """Set when a worker being reopened came back or was given up on."""
 
     @property
     def alive(self) -> int:
@@ -608,7 +640,7 @@ class RemoteEpisodes:
         started = time.time()
         attempt = 0
         while True:
-            worker = self._pick()
+            worker = await self._live_worker()
             if worker is None:
                 reason = "no rollout worker is alive"
             else:
@@ -624,6 +656,16 @@ class RemoteEpisodes:
                 )
             metrics.INFRA_RETRIES.labels(WORKER_LOST).inc()
             attempt += 1
+
+    async def _live_worker(self) -> _Worker | None:
+        """:meth:`_pick`'s worker; with none alive, wait while Ray restarts one (None: no
+        worker is alive or coming back)."""
+        worker = self._pick()
+        while worker is None and any(w.reopening for w in self.workers):
+            self._revived.clear()
+            await self._revived.wait()
+            worker = self._pick()
+        return worker
 
     def _pick(self) -> _Worker | None:
         """The live worker furthest below its target of outstanding orders (twice its share:
@@ -824,13 +866,58 @@ class RemoteEpisodes:
         worker.orders, worker.cancels, worker.unacked = [], [], []
         worker.grant = 0
         self._regrant()
+        import ray
+
+        # its process or node went (not a wrong answer): Ray restarts it unless it was killed
+        # for good, which the first ``open`` of the reopening tells
+        if self._started and isinstance(exc, ray.exceptions.RayActorError):
+            worker.reopener = asyncio.get_running_loop().create_task(
+                self._reopen(worker), name=f"rollout-reopen-{worker.index}"
+            )
+
+    async def _reopen(self, worker: _Worker) -> None:
+        """Call ``open`` on ``worker``'s actor until Ray's restart of it answers (it answers
+        "restarting" until its bundle is placed on a rollout pod again), then give it orders
+        and slots again; stop when it is gone for good."""
+        import ray
+
+        wait, longest = REOPEN_BACKOFF_SECONDS
+        try:
+            while True:
+                try:
+                    raw = await worker.actor.open.remote(drop=True)
+                    break
+                except ray.exceptions.ActorDiedError as exc:
+                    logger.error("rollout worker %d is gone for good: %s", worker.index, exc)
+                    return
+                except ray.exceptions.RayActorError:
+                    await asyncio.sleep(wait)
+                    wait = min(2 * wait, longest)
+            stat = WorkerStats.model_validate(raw)
+            worker.pid, worker.restarts = stat.pid, worker.restarts + 1
+            worker.report, worker.sent_grant, worker.withdrawing = None, None, None
+            worker.alive = True
+            metrics.ROLLOUT_WORKER_RESTARTS.inc()
+            metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
+            logger.warning(
+                "rollout worker %d is back (pid %d, restart %d)",
+                worker.index, worker.pid, worker.restarts,
+            )  # fmt: skip
+            worker.collector = asyncio.get_running_loop().create_task(
+                self._collect(worker), name=f"rollout-collector-{worker.index}"
+            )
+            self._regrant()
+        finally:
+            self._revived.set()
 
     async def aclose(self) -> list[WorkerStats]:
         """Stop collecting and close the live workers (cancelling what still runs there);
         their final stats (dead workers: what the driver knew)."""
         import ray
 
-        tasks = [t for w in self.workers for t in (w.collector, w.sender) if t is not None]
+        tasks = [
+            t for w in self.workers for t in (w.collector, w.sender, w.reopener) if t is not None
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
