@@ -517,15 +517,19 @@ def _run(
     )  # fmt: skip
     # every step of the three trainers (first, restarted, resumed) logged once, in order: the
     # pod deletion and the suspend neither repeated a step nor lost one
-    logged = [
-        json.loads(line)["step"]
+    lines = [
+        json.loads(line)
         for line in kubectl.run(
             "exec", name, "--", "cat", "/checkpoints/trainer/steps.jsonl"
         ).stdout.splitlines()
         if line.strip()
     ]
+    logged = [line["step"] for line in lines]
     assert logged == list(range(1, len(logged) + 1)), logged
     assert len(logged) >= at + 1
+    # ... and the counters of the checkpoint the suspend wrote (whose finished but untrained
+    # trajectories the resumed trainer ran again) counted each trajectory once
+    assert_counters_match_the_step_log(kubectl, name, at, lines)
 
     # -- delete the job: nothing it owns is left -------------------------------------------------
     kubectl.run("delete", "arj", JOB, "--wait=true", timeout=300)
@@ -544,6 +548,35 @@ def _run(
 
     wait_for(lambda: not leftovers(), timeout=300, interval=2, what="every owned object gone")
     assert not watch.live
+
+
+def assert_counters_match_the_step_log(
+    kubectl: Kubectl, pod: str, at: int, lines: list[dict[str, Any]]
+) -> None:
+    """The counters in the checkpoint of step ``at`` against ``steps.jsonl``, each line written
+    once per step by whichever trainer ran it: trained trajectories are exactly the steps'
+    own up to ``at``; a terminal class's count lies between the sum of the step windows up to
+    ``at`` and up to ``at + 1`` (groups dropped between step ``at`` and the checkpoint are in
+    window ``at + 1``). A trajectory counted twice across a restart — once before it, once when
+    its task ran again — would exceed the upper bound."""
+    saved = json.loads(
+        kubectl.run(
+            "exec", pod, "--", "cat", f"/checkpoints/trainer/step-{at:08d}/driver.json"
+        ).stdout
+    )
+    counters = saved["counters"]
+    upto = [line for line in lines if line["step"] <= at]
+    (after,) = [line for line in lines if line["step"] == at + 1]
+    assert counters["trained_trajectories"] == sum(line["trajectories"] for line in upto)
+    classes = set(counters["classes"]) | {c for line in [*upto, after] for c in line["classes"]}
+    for cls in sorted(classes):
+        low = sum(line["classes"].get(cls, 0) for line in upto)
+        high = low + after["classes"].get(cls, 0)
+        assert low <= counters["classes"].get(cls, 0) <= high, (cls, counters, upto, after)
+    low = sum(line["infra_errors"] for line in upto)
+    assert low <= counters["infra_errors"] <= low + after["infra_errors"], counters
+    assert counters["trajectories"] == sum(counters["classes"].values()), counters
+    assert counters["infra_errors_in_training"] == 0, counters
 
 
 def progress_step(kubectl: Kubectl, pod: str) -> int:

@@ -85,10 +85,14 @@ def test_up_twice_is_safe_and_down_leaves_no_process_or_port() -> None:
         assert not any(n.startswith("localhost/agentrl/") for n in names), names
         pids = LocalCluster(name).running()
         assert all(pids.values()), pids
-        second = _invoke("up", "--name", name, "--gpu-nodes", "1", "--cpu-nodes", "0")
+        # without the project's images again: an up on a running node imports what it lacks
+        second = _invoke(
+            "up", "--name", name, "--gpu-nodes", "1", "--cpu-nodes", "0", "--no-project-images"
+        )
         assert second.exit_code == 0, second.output
         assert "already running" in second.output
         assert LocalCluster(name).running() == pids  # the same processes, nothing restarted
+        assert set(real.images()) == names  # and nothing imported
         status = _invoke("status", "--name", name)
         assert status.exit_code == 0 and "ready" in status.output
         # the default real node, with its processes
