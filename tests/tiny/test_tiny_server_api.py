@@ -155,3 +155,31 @@ async def test_metrics_use_sglang_names_and_count_generated_tokens(served) -> No
     assert m.num_running_reqs == 0.0
     assert m.max_total_num_tokens == 64 * 2  # context length × max running requests
     assert await client.health() and await client.health_generate()
+
+
+async def test_a_scheduler_that_fails_answers_every_request_and_health_with_the_error(
+    served,  # type: ignore[no-untyped-def]
+) -> None:
+    """The model's forward raising inside the scheduler: the requests it holds answer 500 with
+    the error instead of hanging, and /health answers 503 from then on (the watchdog's cue)."""
+    engine, _, url = served
+
+    def broken(batch):  # type: ignore[no-untyped-def]
+        raise RuntimeError("forward refused: out of memory")
+
+    engine.served.next_logits = broken  # type: ignore[method-assign]
+    body = {"input_ids": _prompt(), "sampling_params": {"max_new_tokens": 4}}
+    async with aiohttp.ClientSession() as session:
+        held = [session.post(f"{url}/generate", json=body) for _ in range(3)]  # 2 run, 1 queued
+        answers = await asyncio.wait_for(asyncio.gather(*held), timeout=10)
+        for answer in answers:
+            assert answer.status == 500
+            assert await answer.text() == (
+                "the engine's scheduler failed: RuntimeError: forward refused: out of memory"
+            )
+        async with session.get(f"{url}/health") as health:
+            assert health.status == 503
+            assert "forward refused: out of memory" in await health.text()
+        async with session.post(f"{url}/generate", json=body) as later:
+            assert later.status == 503
+    assert engine.queue == [] and engine.running == []

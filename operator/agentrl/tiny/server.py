@@ -30,6 +30,11 @@ watchdog sees nothing to restart). 503, not 404: the route answered N times, so 
 failing, not gone; the client counts it as the engine unavailable (retryable), as it would a
 real loader's failure behind a proxy. On a cluster a ``server: tiny`` job passes these flags in
 ``spec.inference.extraArgs`` (``--flag=value``).
+
+A scheduler that fails (the model's forward raising: a bug, an allocation refused) is not
+silent: the traceback is logged, every queued and running request answers 500 with the error,
+and from then on every route answers 503 with it — ``/health`` included, so the watchdog
+restarts the engine, as SGLang's server exits when its scheduler process dies.
 """
 
 from __future__ import annotations
@@ -147,6 +152,8 @@ class TinyEngine:
         self._recent: list[tuple[float, int]] = []  # (time, tokens) of recent decode steps
         self._scheduler: asyncio.Task[None] | None = None
         self._hanging = False
+        self.failed: str | None = None
+        """Why the scheduler stopped (it raised); every route then answers 503 with it."""
         self._init_metrics()
 
     # -- metrics -----------------------------------------------------------------------------
@@ -215,9 +222,12 @@ class TinyEngine:
             self.stalled = True
 
     async def guard(self) -> None:
-        """Await forever when the server is hung (every route calls this first)."""
+        """Await forever when the server is hung, answer 503 when its scheduler failed (every
+        route calls this first)."""
         if self._hanging:
             await self.hung.wait()
+        if self.failed is not None:
+            raise web.HTTPServiceUnavailable(text=self.failed)
 
     def weight_route_fault(self, route: str) -> web.Response | None:
         """The 503 a weight-update route answers once ``--fault-weight-updates-after`` updates
@@ -282,6 +292,24 @@ class TinyEngine:
         return req
 
     async def _schedule(self) -> None:
+        try:
+            await self._schedule_steps()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the model's forward raised: fail loudly, not hang
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        """The scheduler stopped on ``exc``: answer every request it held with a 500 and mark the
+        engine failed (:meth:`guard`)."""
+        self.failed = f"the engine's scheduler failed: {type(exc).__name__}: {exc}"
+        log.error("%s", self.failed, exc_info=exc)
+        held, self.queue, self.running = self.queue + self.running, [], []
+        for req in held:
+            if not req.done.done():
+                req.done.set_exception(web.HTTPInternalServerError(text=self.failed))
+
+    async def _schedule_steps(self) -> None:
         while True:
             if self.stalled:
                 # A dead inference thread behind a live server: requests are taken in and
