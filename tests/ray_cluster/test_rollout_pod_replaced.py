@@ -23,11 +23,11 @@ from agentrl.api.wire import ROLLOUT_NODE_RESOURCE
 from agentrl.ray_cluster.placement import in_bundle
 from agentrl.rollout.ray_workers import (
     RemoteEpisodes,
-    RolloutWorkerConfig,
     open_remote_rollout,
     start_workers,
 )
 from agentrl.rollout.tasks import generate_toy_tasks
+from tests.rollout.remote_parts import tiny_engine_url, worker_config
 
 ray = pytest.importorskip("ray", reason="the ray extra")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # three raylets on two cores
@@ -50,41 +50,8 @@ def ray_nodes() -> Iterator[Any]:
 
 @pytest.fixture
 async def engine_url() -> AsyncIterator[str]:
-    pytest.importorskip("torch", reason="the tiny engine needs the training extra")
-    from aiohttp.test_utils import TestServer
-
-    from agentrl.tiny import policy as tiny
-    from agentrl.tiny.server import TinyEngine, build_app
-
-    model = tiny.initial_policy(0, steps=50)
-    server = TestServer(
-        build_app(TinyEngine(model, model_path="tiny", context_length=4096)), host="127.0.0.1"
-    )
-    await server.start_server()
-    yield str(server.make_url("/")).rstrip("/")
-    await server.close()
-
-
-def _config(url: str, tmp_path: Path) -> RolloutWorkerConfig:
-    job: dict[str, Any] = {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": "toy"},
-        "spec": {
-            "model": {"source": {"path": "tiny"}},
-            "inference": {"contextLength": 4096, "maxRunningRequests": 8},
-            "rollout": {
-                "groupSize": 2,
-                "maxTurns": 2,
-                "maxTrajectoryTokens": 4096,
-                "maxTokensPerTurn": 8,
-                "workers": 1,
-                "failurePolicy": {"infraRetries": 1, "infraRetryBackoffSeconds": 0},
-            },
-            "sandbox": {"provider": "local", "concurrency": 2},
-        },
-    }
-    return RolloutWorkerConfig(job=job, engine_urls=[url], workers=1, sandbox_dir=str(tmp_path))
+    async with tiny_engine_url() as url:
+        yield url
 
 
 async def test_a_replaced_rollout_pod_gets_the_worker_back_and_the_run_ends_scored(
@@ -95,7 +62,7 @@ async def test_a_replaced_rollout_pod_gets_the_worker_back_and_the_run_ends_scor
     old_pod = ray_nodes.add_node(**ROLLOUT_POD)
     group = placement_group([{"CPU": 1, ROLLOUT_NODE_RESOURCE: 1}])
     await group.ready()
-    config = _config(engine_url, tmp_path)
+    config = worker_config(engine_url, tmp_path, workers=1, concurrency=2)
     spec = AgentRLJob.model_validate(config.job).spec
     (actor,) = start_workers(config, cpus_per_worker=1.0, strategies=[in_bundle(group, 0)])
     first_node = (await actor.where.remote())["node_id"]

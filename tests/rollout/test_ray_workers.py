@@ -26,10 +26,9 @@ from agentrl.rollout.ray_workers import (
     start_workers,
 )
 from agentrl.rollout.tasks import generate_toy_tasks
+from tests.rollout.remote_parts import MAX_RUNNING, tiny_engine_url, worker_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Ray starts slowly on 2 busy cores
-
-MAX_RUNNING = 8
 
 
 @pytest.fixture(scope="module")
@@ -42,41 +41,8 @@ def ray_cluster() -> Iterator[None]:
 
 @pytest.fixture
 async def engine_url() -> AsyncIterator[str]:
-    pytest.importorskip("torch", reason="the tiny engine needs the training extra")
-    from aiohttp.test_utils import TestServer
-
-    from agentrl.tiny import policy as tiny
-    from agentrl.tiny.server import TinyEngine, build_app
-
-    model = tiny.initial_policy(0, steps=50)
-    server = TestServer(
-        build_app(TinyEngine(model, model_path="tiny", context_length=4096)), host="127.0.0.1"
-    )
-    await server.start_server()
-    yield str(server.make_url("/")).rstrip("/")
-    await server.close()
-
-
-def _config(url: str, tmp_path: Path, *, infra_retries: int = 1) -> RolloutWorkerConfig:
-    job: dict[str, Any] = {
-        "apiVersion": "agentrl.dev/v1alpha1",
-        "kind": "AgentRLJob",
-        "metadata": {"name": "toy"},
-        "spec": {
-            "model": {"source": {"path": "tiny"}},
-            "inference": {"contextLength": 4096, "maxRunningRequests": MAX_RUNNING},
-            "rollout": {
-                "groupSize": 2,
-                "maxTurns": 2,
-                "maxTrajectoryTokens": 4096,
-                "maxTokensPerTurn": 8,
-                "workers": 2,
-                "failurePolicy": {"infraRetries": infra_retries, "infraRetryBackoffSeconds": 0},
-            },
-            "sandbox": {"provider": "local", "concurrency": 4},
-        },
-    }
-    return RolloutWorkerConfig(job=job, engine_urls=[url], workers=2, sandbox_dir=str(tmp_path))
+    async with tiny_engine_url() as url:
+        yield url
 
 
 def _spec(config: RolloutWorkerConfig) -> Any:
@@ -89,7 +55,7 @@ async def test_two_workers_run_the_episodes_the_driver_schedules_and_stream_them
     ray_cluster: None, engine_url: str, tmp_path: Path
 ) -> None:
     tasks = generate_toy_tasks()[:4]  # 4 groups of 2: 8 episodes at concurrency 4
-    run = await run_on_actors(_config(engine_url, tmp_path), tasks)
+    run = await run_on_actors(worker_config(engine_url, tmp_path), tasks)
 
     assert len(run.trajectories) == 8
     assert Counter(t.task_id for t in run.trajectories) == {t.id: 2 for t in tasks}
@@ -153,7 +119,7 @@ async def _run_killing_worker_zero(config: RolloutWorkerConfig) -> tuple[list[An
 async def test_a_dead_workers_episodes_fail_over_to_the_live_one(
     ray_cluster: None, engine_url: str, tmp_path: Path
 ) -> None:
-    got, episodes, held = await _run_killing_worker_zero(_config(engine_url, tmp_path))
+    got, episodes, held = await _run_killing_worker_zero(worker_config(engine_url, tmp_path))
     assert held > 0
     assert episodes.alive == 1
     assert episodes.lost_episodes >= 1  # what worker 0 held did not come back from it
@@ -167,7 +133,7 @@ async def test_a_dead_workers_episodes_fail_over_to_the_live_one(
 async def test_without_retries_a_dead_workers_episodes_are_infra_errors_never_rewards(
     ray_cluster: None, engine_url: str, tmp_path: Path
 ) -> None:
-    config = _config(engine_url, tmp_path, infra_retries=0)
+    config = worker_config(engine_url, tmp_path, infra_retries=0)
     got, episodes, held = await _run_killing_worker_zero(config)
     assert held > 0
     assert len(got) == 8
@@ -195,7 +161,7 @@ async def test_workers_whose_processes_die_are_restarted_and_given_episodes_agai
 
     from agentrl.rollout import metrics
 
-    config = _config(engine_url, tmp_path, infra_retries=2)
+    config = worker_config(engine_url, tmp_path, infra_retries=2)
     spec = _spec(config)
     actors = start_workers(config)
     episodes = RemoteEpisodes(actors, spec)
@@ -235,7 +201,7 @@ async def test_cancelling_the_scheduler_cancels_the_episodes_in_the_workers(
 ) -> None:
     import ray
 
-    config = _config(engine_url, tmp_path)
+    config = worker_config(engine_url, tmp_path)
     spec = _spec(config)
     actors = start_workers(config)
     episodes = RemoteEpisodes(actors, spec)
