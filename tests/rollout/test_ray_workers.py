@@ -229,3 +229,19 @@ async def test_cancelling_the_scheduler_cancels_the_episodes_in_the_workers(
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+def test_a_late_failure_of_a_workers_earlier_incarnation_does_not_lose_the_restarted_one(
+    tmp_path: Path,
+) -> None:
+    """A call to a worker that died can fail after the driver already reopened the restarted
+    actor; that failure is about the dead incarnation and leaves the live one alone. A failure
+    of a call to the live incarnation loses it."""
+    pytest.importorskip("ray", reason="the ray extra")
+    episodes = RemoteEpisodes([object()], _spec(worker_config("http://unused", tmp_path)))
+    (worker,) = episodes.workers
+    worker.restarts = 1  # reopened once: incarnation 1 is the live one
+    episodes._lose(worker, RuntimeError("the dead incarnation's call"), 0)
+    assert worker.alive
+    episodes._lose(worker, RuntimeError("the live incarnation's call"), 1)
+    assert not worker.alive

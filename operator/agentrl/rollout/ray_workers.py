@@ -504,7 +504,8 @@ class _Worker:
     flushing: bool = False
     pid: int = 0
     restarts: int = 0
-    """Times the driver opened it again after Ray restarted it."""
+    """Times the driver opened it again after Ray restarted it: its incarnation. A call made
+    to an earlier incarnation that fails late says nothing about this one."""
     collector: asyncio.Task[None] | None = None
     sender: asyncio.Task[None] | None = None
     reopener: asyncio.Task[None] | None = None
@@ -778,8 +779,9 @@ class RemoteEpisodes:
         one) and while a previous call was in flight goes in one call each, in that order."""
         import ray
 
+        incarnation = worker.restarts
         try:
-            while worker.alive:
+            while worker.alive and worker.restarts == incarnation:
                 if worker.orders or worker.grant != worker.sent_grant:
                     orders, worker.orders = worker.orders, []
                     grant = worker.sent_grant = worker.grant
@@ -808,28 +810,29 @@ class RemoteEpisodes:
                 else:
                     break
         except ray.exceptions.RayActorError as exc:
-            self._lose(worker, exc)
+            self._lose(worker, exc, incarnation)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a call that cannot reach the worker: no use
             logger.exception("rollout worker %d refused a call", worker.index)
-            self._lose(worker, exc)
+            self._lose(worker, exc, incarnation)
         finally:
             worker.flushing = False
 
     async def _collect(self, worker: _Worker) -> None:
         import ray
 
-        while worker.alive:
+        incarnation = worker.restarts
+        while worker.alive and worker.restarts == incarnation:
             try:
                 raw = await worker.actor.collect.remote(self.collect_wait_seconds)
                 collected = Collected.model_validate(raw)
             except ray.exceptions.RayActorError as exc:
-                self._lose(worker, exc)
+                self._lose(worker, exc, incarnation)
                 return
             except Exception as exc:  # an answer we cannot read: the worker is no use
                 logger.exception("rollout worker %d answered collect wrongly", worker.index)
-                self._lose(worker, exc)
+                self._lose(worker, exc, incarnation)
                 return
             for done in collected.done:
                 entry = self._pending.get(done.key)
@@ -848,10 +851,14 @@ class RemoteEpisodes:
             if collected.metrics is not None and self.on_metrics is not None:
                 self.on_metrics(str(worker.index), collected.metrics)
 
-    def _lose(self, worker: _Worker, exc: BaseException) -> None:
-        """``worker`` died: fail its outstanding episodes over (their ``run`` retries them) and
-        give its slots to the live workers."""
-        if not worker.alive:
+    def _lose(self, worker: _Worker, exc: BaseException, incarnation: int | None = None) -> None:
+        """``worker`` died: fail its outstanding episodes over (their ``run`` retries them),
+        give its slots to the live workers, and reopen it once Ray has restarted it.
+        ``incarnation``: the one the failed call went to (a late failure of an earlier one is
+        ignored)."""
+        import ray
+
+        if not worker.alive or incarnation not in (None, worker.restarts):
             return
         worker.alive = False
         metrics.ROLLOUT_WORKERS_ALIVE.set(self.alive)
@@ -866,8 +873,6 @@ class RemoteEpisodes:
         worker.orders, worker.cancels, worker.unacked = [], [], []
         worker.grant = 0
         self._regrant()
-        import ray
-
         # its process or node went (not a wrong answer): Ray restarts it unless it was killed
         # for good, which the first ``open`` of the reopening tells
         if self._started and isinstance(exc, ray.exceptions.RayActorError):
