@@ -546,7 +546,17 @@ def _run(
         ).stdout.split()
         return out
 
-    wait_for(lambda: not leftovers(), timeout=300, interval=2, what="every owned object gone")
+    left: list[str] = []
+
+    def gone() -> bool:
+        left[:] = leftovers()
+        return not left
+
+    try:
+        wait_for(gone, timeout=300, interval=2, what="every owned object gone")
+    except TimeoutError:
+        pods = kubectl.run("get", "pods", "-l", selector, "-o", "wide").stdout
+        raise AssertionError(f"left 300 s after the delete: {left}\n{pods}") from None
     assert not watch.live
 
 

@@ -50,6 +50,10 @@ def test_parts_start_at_the_states_data_position(tmp_path: Path) -> None:
 class _Scheduler:
     runner = "the tier's runner"
     concurrency = 7
+    cancelled = False
+
+    async def cancel(self) -> None:
+        self.cancelled = True
 
 
 def test_session_wires_evaluation_and_driver_to_the_tier(tmp_path: Path) -> None:
@@ -84,7 +88,9 @@ def test_session_wires_evaluation_and_driver_to_the_tier(tmp_path: Path) -> None
             assert session.evaluation is not None
             session.driver.on_step("record")  # type: ignore[misc]
             assert steps == [("record", session.driver)]
+            scheduler = session.scheduler
         assert entered[-1] == "exited"
+        assert scheduler.cancelled
 
     asyncio.run(run())
 
@@ -111,3 +117,50 @@ async def test_the_fixed_rollout_tier_runs_at_most_the_e2b_plan_limit() -> None:
     async with fixed_rollout(spec, runner, stream=[], admission=admission) as scheduler:  # type: ignore[arg-type]
         assert (scheduler.concurrency, scheduler.effective_concurrency) == (64, 10)
         assert scheduler.runner.capacity == 10  # the gate the evaluation shares
+
+
+async def test_leaving_a_session_cancels_the_episodes_it_would_otherwise_wait_for(
+    tmp_path: Path,
+) -> None:
+    """The driver is done (its stop checkpointed every task in flight as pending): the tier's
+    running episodes are cancelled, not drained. Here they never finish, as an episode held for
+    a rollout worker whose pod left with the job never does; draining them would hold the
+    stopping trainer until its grace period ran out."""
+    from agentrl.rollout.scheduler import RolloutScheduler
+
+    spec = toy_spec(group_size=2, per_step=4, max_steps=3)
+    parts = build_parts(
+        spec,
+        tasks=TaskSplit.of(spec),
+        backend=None,
+        checkpoints=CheckpointStore(tmp_path),
+        state=DriverState(),
+        weight_sync=None,
+    )
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    class Stranded:
+        async def run(self, task: Any, *, group_id: str, policy_version: int) -> Any:
+            started.append(task.id)
+            try:
+                await asyncio.Event().wait()  # no worker ever answers
+            except asyncio.CancelledError:
+                cancelled.append(task.id)
+                raise
+
+    @contextlib.asynccontextmanager
+    async def tier(stream: Any, admission: Any) -> AsyncIterator[Any]:
+        # as the cluster's tiers do: a clean exit stops admitting and drains what runs
+        async with RolloutScheduler(
+            runner=Stranded(), tasks=stream, concurrency=3, group_size=2, admission=admission
+        ) as scheduler:
+            yield scheduler
+
+    options = SessionOptions(steps_log=tmp_path / "steps.jsonl")
+    async with open_session(parts, tier, options) as session:
+        session.scheduler.start()
+        while len(started) < 3:
+            await asyncio.sleep(0)
+    assert len(started) == 3  # the concurrency
+    assert sorted(cancelled) == sorted(started)

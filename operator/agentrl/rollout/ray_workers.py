@@ -108,6 +108,11 @@ WORKER_LOST: Final = "rollout_worker"
 #: First and longest wait between two ``open`` calls to a worker actor Ray is restarting (the
 #: wait doubles): how late after a replacement rollout pod joins the driver uses it again.
 REOPEN_BACKOFF_SECONDS: Final = (1.0, 15.0)
+#: Longest :meth:`RemoteEpisodes.aclose` waits for one worker's ``close`` (its episodes
+#: cancelled, their sandboxes deleted): a worker whose pod left unnoticed must not hold a
+#: stopping trainer for the rest of its grace period. Past it the worker's stats are what the
+#: driver knew.
+CLOSE_WAIT_SECONDS: Final = 60.0
 
 
 class RolloutWorkerConfig(BaseModel):
@@ -932,9 +937,16 @@ class RemoteEpisodes:
             stat = WorkerStats(worker_index=worker.index, pid=worker.pid)
             if worker.alive:
                 try:
-                    stat = WorkerStats.model_validate(await worker.actor.close.remote())
+                    stat = WorkerStats.model_validate(
+                        await asyncio.wait_for(worker.actor.close.remote(), CLOSE_WAIT_SECONDS)
+                    )
                 except ray.exceptions.RayActorError as exc:
                     self._lose(worker, exc)
+                except TimeoutError:
+                    logger.error(
+                        "rollout worker %d did not close within %.0f s; leaving it",
+                        worker.index, CLOSE_WAIT_SECONDS,
+                    )  # fmt: skip
             stats.append(stat)
         self.final_stats = stats
         return stats

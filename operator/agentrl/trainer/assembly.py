@@ -19,7 +19,11 @@ The cluster trainer (``agentrl trainer``, :mod:`agentrl.trainer.pod`) and ``agen
 4. **Session** (:func:`open_session`): the running rollout tier, the held-out evaluation
    sharing its episode runner and concurrency, and the :class:`~agentrl.trainer.loop.
    TrainingDriver`; the caller runs the driver (and, for ``agentrl run``, the waited-for
-   evaluations before and after).
+   evaluations before and after). On exit the tier's running episodes are cancelled, not
+   waited for: the driver's last checkpoint lists their tasks as pending (a resume runs them
+   again), so nothing they would yield is trained on, and a stopping trainer must not wait
+   for an episode whose rollout pod left with the job (its worker would wait for a restart
+   on a pod that never comes).
 
 The sandbox provider of an in-process rollout tier comes from :func:`sandbox_provider`, i.e.
 :func:`agentrl.sandbox.open_provider` with the spec's limits and the sandbox metrics.
@@ -316,9 +320,10 @@ async def open_session(
 ) -> AsyncIterator[Session]:
     """Enter ``rollout`` over the parts' task stream and admission, and wire the held-out
     evaluation (through the same episode runner, sharing the tier's concurrency) and the
-    training driver to it. The rollout tier stops on exit."""
+    training driver to it. On exit the tier's running episodes are cancelled (the module's
+    docstring, stage 4), then the tier closes."""
     spec = parts.spec
-    async with rollout(parts.stream, parts.admission) as scheduler:
+    async with rollout(parts.stream, parts.admission) as scheduler, _cancelled_on_exit(scheduler):
         evaluation = (
             None
             if options.evaluation is None
@@ -350,3 +355,11 @@ async def open_session(
             stop=options.stop,
         )
         yield Session(parts=parts, scheduler=scheduler, evaluation=evaluation, driver=driver)
+
+
+@contextlib.asynccontextmanager
+async def _cancelled_on_exit(scheduler: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await scheduler.cancel()
