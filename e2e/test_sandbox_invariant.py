@@ -233,8 +233,14 @@ async def test_a_thousand_episodes_never_hold_more_live_sandbox_pods_than_the_co
                     rv, live = await consistent_list(client, namespace, labels)
                     checkpoints.append((new, rv, live))
         final_rv, final_pods = await consistent_list(client, namespace, labels)
-        # every DELETED event up to the final list has arrived
-        while not counter.events or counter.events[-1][0] < final_rv:
+        # Every event up to the final list has arrived once the watch has seen each pod's
+        # ADDED and DELETED: with no pod left at final_rv, a pod's last event before it is its
+        # deletion, and the watch delivers in resourceVersion order. (final_rv itself is the
+        # store's revision, which every other write in the cluster advances: no pod event need
+        # ever reach it.)
+        for _ in range(1200):
+            if counter.created >= EPISODES and not counter.live:
+                break
             await asyncio.sleep(0.05)
     finally:
         watch.cancel()
