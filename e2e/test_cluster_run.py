@@ -533,7 +533,11 @@ def _run(
             for p in kubectl.json("get", "pods", "-l", f"agentrl.dev/job={JOB}")["items"]
         ]
 
-    wait_for(lambda: not running(), timeout=300, interval=2, what="no pod of the job")
+    try:
+        wait_for(lambda: not running(), timeout=300, interval=2, what="no pod of the job")
+    except TimeoutError:
+        pods = kubectl.run("get", "pods", "-l", f"agentrl.dev/job={JOB}", "-o", "wide").stdout
+        raise AssertionError(f"pods left 300 s after Suspended:\n{pods}") from None
     wait_for(lambda: not watch.live, timeout=120, interval=1, what="no sandbox")
     kubectl.run("patch", "arj", JOB, "--type=merge", "-p", '{"spec": {"suspend": false}}')
     name, resumed = resumed_trainer(kubectl, after=None, timeout=600)
