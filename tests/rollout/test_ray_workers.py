@@ -245,3 +245,35 @@ def test_a_late_failure_of_a_workers_earlier_incarnation_does_not_lose_the_resta
     assert worker.alive
     episodes._lose(worker, RuntimeError("the live incarnation's call"), 1)
     assert not worker.alive
+
+
+async def test_closing_a_worker_does_not_cut_the_cleanup_of_an_episode_being_cancelled(
+    tmp_path: Path,
+) -> None:
+    """The driver cancels an episode, then closes the worker (a stopping trainer does both
+    at once): the episode's cleanup (its sandbox pod's deletion) is cancelled once, not cut
+    short by a second cancel. Cut short, a just-created sandbox pod stayed after a suspend."""
+    from agentrl.rollout.ray_workers import RolloutWorker
+
+    cleaned: list[str] = []
+
+    class SlowCleanup:
+        async def run(self, task: Any, **_: Any) -> Any:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.2)  # the sandbox pod's deletion
+                cleaned.append(task.id)
+                raise
+
+    config = worker_config("http://engine.invalid", tmp_path, workers=1, concurrency=1)
+    worker = RolloutWorker(config.model_dump(), 0, runner=SlowCleanup())
+    await worker.open()
+    task = generate_toy_tasks()[0]
+    order = {"key": 7, "task": task.model_dump(mode="json"), "group_id": "g", "policy_version": 0}
+    await worker.submit([order], 1)
+    await asyncio.sleep(0.05)  # the episode runs
+    await worker.cancel([7])
+    await asyncio.sleep(0.05)  # (two calls of the driver's: the cleanup has begun)
+    await worker.close()
+    assert cleaned == [task.id]

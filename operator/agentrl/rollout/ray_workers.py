@@ -398,7 +398,7 @@ class RolloutWorker:
         for key in keys:
             self._orders.pop(key, None)
             task = self._running.get(key)
-            if task is not None:
+            if task is not None and not task.cancelling():
                 task.cancel()
         metrics.PREFETCHED_ORDERS.set(len(self._orders))
 
@@ -422,7 +422,10 @@ class RolloutWorker:
         self._slots = 0
         running = list(self._running.values())
         for task in running:
-            task.cancel()
+            # once only: a second cancel would interrupt the first one's cleanup, such as the
+            # deletion of a sandbox pod just created (left running when the job was suspended)
+            if not task.cancelling():
+                task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         self._ready.clear()
 
