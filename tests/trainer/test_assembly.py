@@ -47,6 +47,18 @@ def test_parts_start_at_the_states_data_position(tmp_path: Path) -> None:
     assert parts.admission.admitted == 8 and parts.admission.policy_version == 2
 
 
+def fresh_parts(spec: Any, root: Path) -> Any:
+    """The parts of a run that starts at step 0, checkpointing under ``root``."""
+    return build_parts(
+        spec,
+        tasks=TaskSplit.of(spec),
+        backend=None,
+        checkpoints=CheckpointStore(root),
+        state=DriverState(),
+        weight_sync=None,
+    )
+
+
 class _Scheduler:
     runner = "the tier's runner"
     concurrency = 7
@@ -58,14 +70,7 @@ class _Scheduler:
 
 def test_session_wires_evaluation_and_driver_to_the_tier(tmp_path: Path) -> None:
     spec = toy_spec(group_size=2, per_step=4, max_steps=3)
-    parts = build_parts(
-        spec,
-        tasks=TaskSplit.of(spec),
-        backend=None,
-        checkpoints=CheckpointStore(tmp_path),
-        state=DriverState(),
-        weight_sync=None,
-    )
+    parts = fresh_parts(spec, tmp_path)
     entered: list[Any] = []
     steps: list[Any] = []
 
@@ -129,14 +134,7 @@ async def test_leaving_a_session_cancels_the_episodes_it_would_otherwise_wait_fo
     from agentrl.rollout.scheduler import RolloutScheduler
 
     spec = toy_spec(group_size=2, per_step=4, max_steps=3)
-    parts = build_parts(
-        spec,
-        tasks=TaskSplit.of(spec),
-        backend=None,
-        checkpoints=CheckpointStore(tmp_path),
-        state=DriverState(),
-        weight_sync=None,
-    )
+    parts = fresh_parts(spec, tmp_path)
     started: list[str] = []
     cancelled: list[str] = []
 
