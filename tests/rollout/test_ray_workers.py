@@ -181,6 +181,13 @@ async def test_workers_whose_processes_die_are_restarted_and_given_episodes_agai
                     old_pids = [w.pid for w in episodes.workers]
                     for pid in old_pids:
                         os.kill(pid, signal.SIGKILL)
+                    # The run goes on meanwhile. Without this wait the other worker's episodes
+                    # may all finish on the first one back, and leaving the run stops reopening
+                    # a worker Ray has not restarted yet (CI once saw restarts [1, 0]).
+                    for _ in range(1200):
+                        if [w.restarts for w in episodes.workers] == [1, 1]:
+                            break
+                        await asyncio.sleep(0.05)
     finally:
         for actor in actors:
             ray.kill(actor)
