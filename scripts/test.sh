@@ -10,9 +10,13 @@
 # and node binaries from pinned Go modules, the SGLang environment, the images, the node's
 # packages; cached under ~/.cache/agentrl, seconds once cached) as its own step, so no test
 # spends its timeout on a build; then every test in two pytest runs: the unit tests of pure code
-# on every core (the --fast tier's tests), then one at a time the rest (`prepared or slow`):
-# tests against the real kube-apiserver and the real node, contracts with the real SGLang, the
-# e2e suites, the tests that start processes. With pytest arguments, one run of what they name.
+# on every core (the --fast tier's tests), then the rest (`prepared or slow`) in two streams
+# side by side (STREAMS, default 2; 1: one test at a time): the cluster stream, one test at a
+# time against the session's kube-apiserver and real node (the e2e suites, the operator and
+# node tests), which mostly wait on pods and watches; and the local stream, one test at a time
+# too (Ray, the trainer, `agentrl run`, servers, contracts with the real SGLang), which mostly
+# computes. tests/tiers.py puts each test in its stream (pytest-xdist's loadgroup). With pytest
+# arguments, one run of what they name.
 #
 # --fast: lint and mypy, then only the unit tests of pure code (`-m "not prepared and not
 # slow"`: `prepared` is the marker tests/tiers.py sets on every test that needs what prepare
@@ -31,6 +35,7 @@ cd "$(dirname "$0")/.."
 
 tier=all
 WORKERS=${WORKERS:-auto}
+STREAMS=${STREAMS:-2}
 UNIT_BUDGET=${UNIT_BUDGET:-20}
 if [ "${1:-}" = "--fast" ]; then
   tier=fast
@@ -77,12 +82,15 @@ if [ "$tier" = all ]; then
     step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
     status=$?
   else
-    # The unit tests of pure code (make test-fast's) on every core, then the rest, one at a
-    # time: they start clusters, nodes, Ray and servers that share the machine's two cores.
+    # The unit tests of pure code (make test-fast's) on every core, then the rest in their
+    # two streams: they start clusters, nodes, Ray and servers that share the machine's cores.
     step unit python3 -m pytest -q -p no:cacheprovider --durations=10 \
       -m "not prepared and not slow" -n "$WORKERS"
     unit=$?
-    step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 -m "prepared or slow"
+    streams=()
+    [ "$STREAMS" -gt 1 ] && streams=(-n "$STREAMS" --dist loadgroup)
+    step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 -m "prepared or slow" \
+      "${streams[@]}"
     status=$?
     if [ "$unit" -eq 5 ] || [ "$status" -eq 5 ]; then
       status=5

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiers import SlowListError, read_slow_list
+from tests.tiers import Budget, SlowListError, read_slow_list
 
 pytest_plugins = ["pytester"]
 
@@ -123,6 +123,35 @@ def test_the_fast_tier_is_the_tests_that_reach_no_prepared_product(suite: pytest
         "test_in_a_class_that_uses_go_modules",
         "test_beside_it_in_the_class",
     }
+
+
+def test_the_tests_of_the_cluster_and_of_its_node_run_in_one_stream_the_rest_in_the_other(
+    suite: pytest.Pytester,
+) -> None:
+    node = suite.path / "tests" / "devcluster"
+    node.mkdir(parents=True)
+    (node / "test_a_node.py").write_text("def test_starts_a_node_itself():\n    pass\n")
+    items, _ = suite.inline_genitems(*PLUGIN)
+    streams = {
+        item.name: [m.args[0] for m in item.iter_markers("xdist_group")] for item in items
+    }
+    cluster = {
+        "test_through_a_fixture_it_requests",
+        "test_marked_apiserver",
+        "test_marked_e2e",
+        "test_starts_a_node_itself",
+    }
+    assert {name for name, got in streams.items() if got == ["cluster"]} == cluster
+    assert {name for name, got in streams.items() if got == ["local"]} == set(streams) - cluster
+    # a prepared product alone (the SGLang environment, Go's cache) is no reason to wait
+    assert streams["test_its_own_code_probes_sglang"] == ["local"]
+
+
+def test_the_budget_finds_a_listed_test_under_the_node_id_xdist_gives_its_stream() -> None:
+    budget = Budget(1.0, {"e2e/test_x.py::test_long": "why"}, "slow.txt")
+    assert budget.is_listed("e2e/test_x.py::test_long@cluster")
+    assert budget.is_listed("e2e/test_x.py::test_long")
+    assert not budget.is_listed("e2e/test_x.py::test_other@cluster")
 
 
 def test_a_helper_outside_the_tests_that_reaches_a_product_marks_the_whole_module(
