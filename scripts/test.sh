@@ -11,12 +11,13 @@
 # packages; cached under ~/.cache/agentrl, seconds once cached) as its own step, so no test
 # spends its timeout on a build; then every test in two pytest runs: the unit tests of pure code
 # on every core (the --fast tier's tests), then the rest (`prepared or slow`) in two streams
-# side by side (STREAMS, default 2; 1: one test at a time): the cluster stream, one test at a
-# time against the session's kube-apiserver and real node (the e2e suites, the operator and
-# node tests), which mostly wait on pods and watches; and the local stream, one test at a time
-# too (Ray, the trainer, `agentrl run`, servers, contracts with the real SGLang), which mostly
-# computes. tests/tiers.py puts each test in its stream (pytest-xdist's loadgroup). With pytest
-# arguments, one run of what they name.
+# side by side, one pytest each (STREAMS, default 2; 1: one pytest, one test at a time): the
+# cluster stream (`-m cluster_stream`), one test at a time against the session's kube-apiserver
+# and real node (the e2e suites, the operator and node tests), which mostly waits on pods and
+# watches; and the local stream, one test at a time too (Ray, the trainer, `agentrl run`,
+# servers, contracts with the real SGLang), which mostly computes. tests/tiers.py marks the
+# cluster stream's tests at collection. The local stream's output follows the cluster stream's.
+# With pytest arguments, one run of what they name.
 #
 # --fast: lint and mypy, then only the unit tests of pure code (`-m "not prepared and not
 # slow"`: `prepared` is the marker tests/tiers.py sets on every test that needs what prepare
@@ -45,6 +46,7 @@ fi
 started=$SECONDS
 times=()
 scratch=""
+local_pid=""
 
 # step NAME COMMAND...: run COMMAND and record its wall time under NAME.
 step() {
@@ -58,6 +60,10 @@ step() {
 
 finish() {
   local total=$((SECONDS - started)) joined=""
+  if [ -n "$local_pid" ] && kill -0 "$local_pid" 2>/dev/null; then
+    kill "$local_pid" 2>/dev/null  # interrupted: the local stream stops with the script
+    wait "$local_pid" 2>/dev/null
+  fi
   [ "${#times[@]}" -gt 0 ] && printf -v joined '%s, ' "${times[@]}"
   echo "scripts/test.sh ($tier) wall time: ${joined}total ${total}s" \
     "($((total / 60)) min $((total % 60)) s)" >&2
@@ -87,11 +93,31 @@ if [ "$tier" = all ]; then
     step unit python3 -m pytest -q -p no:cacheprovider --durations=10 \
       -m "not prepared and not slow" -n "$WORKERS"
     unit=$?
-    streams=()
-    [ "$STREAMS" -gt 1 ] && streams=(-n "$STREAMS" --dist loadgroup)
-    step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 -m "prepared or slow" \
-      "${streams[@]}"
-    status=$?
+    if [ "$STREAMS" -gt 1 ]; then
+      # the local stream in the background, its output kept until the cluster stream is done
+      scratch=$(mktemp -d "${TMPDIR:-/tmp}/agentrl-test.XXXXXX")
+      local_t0=$SECONDS
+      python3 -m pytest -q -p no:cacheprovider --durations=25 \
+        -m "(prepared or slow) and not cluster_stream" >"$scratch/local.log" 2>&1 &
+      local_pid=$!
+      step cluster-stream python3 -m pytest -q -p no:cacheprovider --durations=25 \
+        -m "(prepared or slow) and cluster_stream"
+      status=$?
+      wait "$local_pid"
+      local_status=$?
+      times+=("local-stream $((SECONDS - local_t0))s")
+      echo "---------------- the local stream (pytest -m \"(prepared or slow) and not" \
+        "cluster_stream\") ----------------"
+      cat "$scratch/local.log"
+      if [ "$local_status" -eq 5 ]; then
+        status=5
+      elif [ "$status" -eq 0 ]; then
+        status=$local_status
+      fi
+    else
+      step pytest python3 -m pytest -q -p no:cacheprovider --durations=25 -m "prepared or slow"
+      status=$?
+    fi
     if [ "$unit" -eq 5 ] || [ "$status" -eq 5 ]; then
       status=5
     elif [ "$status" -eq 0 ]; then

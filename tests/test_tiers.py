@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiers import Budget, SlowListError, read_slow_list
+from tests.tiers import SlowListError, read_slow_list
 
 pytest_plugins = ["pytester"]
 
@@ -131,27 +131,17 @@ def test_the_tests_of_the_cluster_and_of_its_node_run_in_one_stream_the_rest_in_
     node = suite.path / "tests" / "devcluster"
     node.mkdir(parents=True)
     (node / "test_a_node.py").write_text("def test_starts_a_node_itself():\n    pass\n")
-    items, _ = suite.inline_genitems(*PLUGIN)
-    streams = {
-        item.name: [m.args[0] for m in item.iter_markers("xdist_group")] for item in items
-    }
     cluster = {
         "test_through_a_fixture_it_requests",
         "test_marked_apiserver",
         "test_marked_e2e",
         "test_starts_a_node_itself",
     }
-    assert {name for name, got in streams.items() if got == ["cluster"]} == cluster
-    assert {name for name, got in streams.items() if got == ["local"]} == set(streams) - cluster
+    assert _collected(suite, "cluster_stream") == cluster
+    local = _collected(suite, "not cluster_stream")
+    assert local & cluster == set()
     # a prepared product alone (the SGLang environment, Go's cache) is no reason to wait
-    assert streams["test_its_own_code_probes_sglang"] == ["local"]
-
-
-def test_the_budget_finds_a_listed_test_under_the_node_id_xdist_gives_its_stream() -> None:
-    budget = Budget(1.0, {"e2e/test_x.py::test_long": "why"}, "slow.txt")
-    assert budget.is_listed("e2e/test_x.py::test_long@cluster")
-    assert budget.is_listed("e2e/test_x.py::test_long")
-    assert not budget.is_listed("e2e/test_x.py::test_other@cluster")
+    assert {"test_pure", "test_its_own_code_probes_sglang", "test_beside_it_in_the_class"} <= local
 
 
 def test_a_helper_outside_the_tests_that_reaches_a_product_marks_the_whole_module(

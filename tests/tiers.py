@@ -150,49 +150,40 @@ def prepared_reason(item: pytest.Item) -> str | None:
 # Streams
 # ---------------------------------------------------------------------------------------------
 
-#: The stream of the tests that share the session's cluster and its real node, or start
-#: clusters and nodes of their own: one after another, in one process.
-CLUSTER_STREAM = "cluster"
-#: The stream of every other test: Ray, the trainer, ``agentrl run``, servers, builds.
-LOCAL_STREAM = "local"
+#: The marker set at collection on the tests of the cluster stream: those that share the
+#: session's cluster and its real node, or start clusters and nodes of their own.
+CLUSTER_STREAM = "cluster_stream"
 #: Directories whose tests start a cluster, a node or the node's processes without the fixture.
 CLUSTER_DIRS = ("tests/devcluster", "tests/realnode")
 
 
-def stream(item: pytest.Item) -> str:
-    """The stream ``item`` runs in when the suite's second tier runs two at a time
-    (``scripts/test.sh``: pytest-xdist ``--dist loadgroup``, each stream one group).
+def in_cluster_stream(item: pytest.Item) -> bool:
+    """Whether ``item`` runs in the cluster stream when the suite's second tier runs its two
+    streams side by side (``scripts/test.sh``: one pytest each, ``-m cluster_stream`` and
+    ``-m "not cluster_stream"``); every other test is in the local stream (Ray, the trainer,
+    ``agentrl run``, servers, builds, the SGLang contracts).
 
     The cluster stream's tests mostly wait on pods, watches and the kubelet; the local stream's
-    mostly compute. Each stream stays sequential within itself, so no two tests ever share the
-    session cluster or start two Ray instances at once."""
+    mostly compute. Each stream runs one test at a time, so no two tests ever share the session
+    cluster at once, and only one process starts it."""
     if any(item.get_closest_marker(name) is not None for name in PREPARED_MARKERS):
-        return CLUSTER_STREAM
+        return True
     if "cluster" in getattr(item, "fixturenames", ()):
-        return CLUSTER_STREAM
+        return True
     try:
         where = item.path.relative_to(item.config.rootpath).as_posix()
     except ValueError:  # a test file outside the repository (pytester's)
-        return LOCAL_STREAM
-    if any(where.startswith(f"{d}/") for d in CLUSTER_DIRS):
-        return CLUSTER_STREAM
-    return LOCAL_STREAM
+        return False
+    return any(where.startswith(f"{d}/") for d in CLUSTER_DIRS)
 
 
-def without_stream(nodeid: str) -> str:
-    """``nodeid`` without the ``@group`` pytest-xdist's loadgroup appends to it."""
-    head, at, tail = nodeid.rpartition("@")
-    return head if at and tail in (CLUSTER_STREAM, LOCAL_STREAM) else nodeid
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         reason = prepared_reason(item)
         if reason is not None and item.get_closest_marker("prepared") is None:
             item.add_marker(pytest.mark.prepared(reason=reason))
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(stream(item)))
+        if in_cluster_stream(item) and item.get_closest_marker(CLUSTER_STREAM) is None:
+            item.add_marker(CLUSTER_STREAM)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -303,7 +294,6 @@ class Budget:
 
     def is_listed(self, nodeid: str) -> bool:
         """Listed by its node id, or (parametrized) by the id without its parameters."""
-        nodeid = without_stream(nodeid)
         return nodeid in self.listed or nodeid.split("[")[0] in self.listed
 
     @pytest.hookimpl(wrapper=True)
@@ -387,9 +377,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line(
             "markers", "prepared: needs what `agentrl dev prepare` builds (set at collection)"
         )
-    if not any(str(line).startswith("xdist_group:") for line in config.getini("markers")):
-        config.addinivalue_line(  # pytest-xdist's own, when it is not loaded
-            "markers", "xdist_group(name): the stream the test runs in (set at collection)"
+    if not any(str(line).startswith(f"{CLUSTER_STREAM}:") for line in config.getini("markers")):
+        config.addinivalue_line(
+            "markers",
+            f"{CLUSTER_STREAM}: runs in the cluster stream of scripts/test.sh (set at collection)",
         )
     option = config.getoption("--test-budget")
     seconds = float(option if option is not None else config.getini("test_budget"))
