@@ -10,15 +10,14 @@
 # and node binaries from pinned Go modules, the SGLang environment, the images, the node's
 # packages; cached under ~/.cache/agentrl, seconds once cached) as its own step, so no test
 # spends its timeout on a build; then every test in two pytest runs: the unit tests of pure code
-# on every core (the --fast tier's tests), then the rest (`prepared or slow`) in two streams
-# side by side, one pytest each (STREAMS: 2 by default on 4 cores or more, 1 below: one pytest,
-# one test at a time): the
-# cluster stream (`-m cluster_stream`), one test at a time against the session's kube-apiserver
-# and real node (the e2e suites, the operator and node tests), which mostly waits on pods and
-# watches; and the local stream, one test at a time too (Ray, the trainer, `agentrl run`,
-# servers, contracts with the real SGLang), which mostly computes. tests/tiers.py marks the
-# cluster stream's tests at collection. The local stream's output follows the cluster stream's.
-# With pytest arguments, one run of what they name.
+# on every core (the --fast tier's tests), then the rest (`prepared or slow`), one test at a
+# time. With STREAMS=2 (the default on 4 cores or more) the rest runs as two streams side by
+# side, one pytest each: the cluster stream (`-m cluster_stream`: the session's kube-apiserver
+# and real node, the e2e suites), which mostly waits on pods and watches, and the local stream
+# (Ray, the trainer, `agentrl run`, servers, contracts with the real SGLang), which mostly
+# computes; tests/tiers.py marks the cluster stream's tests at collection, and the local
+# stream's output follows the cluster stream's. With pytest arguments, one run of what they
+# name.
 #
 # --fast: lint and mypy, then only the unit tests of pure code (`-m "not prepared and not
 # slow"`: `prepared` is the marker tests/tiers.py sets on every test that needs what prepare

@@ -398,8 +398,8 @@ class RolloutWorker:
         for key in keys:
             self._orders.pop(key, None)
             task = self._running.get(key)
-            if task is not None and not task.cancelling():
-                task.cancel()
+            if task is not None:
+                _cancel_once(task)
         metrics.PREFETCHED_ORDERS.set(len(self._orders))
 
     async def withdraw(self) -> list[int]:
@@ -422,10 +422,7 @@ class RolloutWorker:
         self._slots = 0
         running = list(self._running.values())
         for task in running:
-            # once only: a second cancel would interrupt the first one's cleanup, such as the
-            # deletion of a sandbox pod just created (left running when the job was suspended)
-            if not task.cancelling():
-                task.cancel()
+            _cancel_once(task)
         await asyncio.gather(*running, return_exceptions=True)
         self._ready.clear()
 
@@ -438,6 +435,14 @@ class RolloutWorker:
             self._stack = None
             self._runner = None
         return self.stats()
+
+
+def _cancel_once(task: asyncio.Task[None]) -> None:
+    """Cancel an episode's task unless it is already being cancelled: a second cancel would
+    interrupt the first one's cleanup, such as the deletion of a sandbox pod just created
+    (left running when the job was suspended)."""
+    if not task.cancelling():
+        task.cancel()
 
 
 def start_workers(
