@@ -464,6 +464,18 @@ def test_an_archive_holds_one_image_of_the_layout_with_the_blobs_it_shares(
     with pytest.raises(builder.ImageError, match="0 images named"):
         builder.write_archive(layout, "localhost/agentrl/c:1", tmp_path / "c.tar")
 
+    # a thin archive (a release's image on this tree's base) leaves out the base's layers; its
+    # index and manifest are the same and still name them
+    thin = tmp_path / "a-thin.oci.tar"
+    base = "sha256:" + hashlib.sha256(shared).hexdigest()
+    builder.write_archive(layout, "localhost/agentrl/a:1", thin, leave_out=frozenset({base}))
+    with tarfile.open(thin) as archive:
+        assert set(archive.getnames()) == {"oci-layout", "index.json", *expected} - {
+            "blobs/sha256/" + hashlib.sha256(shared).hexdigest()
+        }
+        member = archive.extractfile("index.json")
+        assert member is not None and json.load(member)["manifests"] == [a]
+
 
 
 def test_a_second_build_waits_for_the_first(

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,18 +100,35 @@ class Image:
     cpu: Base
     #: further build ARGs of the cpu flavour
     cpu_args: dict[str, str] = field(default_factory=dict)
+    #: the source tree it is built from (its Dockerfile and build context): this checkout, or
+    #: a release's (:mod:`agentrl.devcluster.release`); None: this checkout (:data:`REPO`)
+    root: Path | None = None
+    #: the folder of its archive and stamp under :func:`images_dir` ("": the folder itself)
+    subdir: str = ""
+    #: the ``VERSION`` build ARG (the image's ``org.opencontainers.image.version``)
+    version: str = VERSION
+    #: its archive leaves out the layers of its base image: a release's image, imported into
+    #: a node after this checkout's images, which carry those layers (the same local bases)
+    thin: bool = False
+
+    @property
+    def tree(self) -> Path:
+        """The root of its build context."""
+        return REPO if self.root is None else self.root
 
     @property
     def dockerfile(self) -> Path:
-        return IMAGES_DIR / self.name / "Dockerfile"
+        return (
+            (IMAGES_DIR if self.root is None else self.root / "images") / self.name / "Dockerfile"
+        )
 
     @property
     def archive(self) -> Path:
-        return images_dir() / f"{self.name}.oci.tar"
+        return images_dir() / self.subdir / f"{self.name}.oci.tar"
 
     @property
     def stamp(self) -> Path:
-        return images_dir() / f"{self.name}.json"
+        return images_dir() / self.subdir / f"{self.name}.json"
 
 
 _DEBIAN = Base(DEBIAN_IMAGE, "3.11", "Debian bookworm's python3 package (3.11.2)")
@@ -266,9 +283,10 @@ def parse_dockerfile(path: Path, build_args: dict[str, str] | None = None) -> Do
     return Dockerfile(path=path, global_args=global_args, stages=stages)
 
 
-def dockerignore() -> list[str]:
-    """The build context's exclusions (``.dockerignore`` at the repository root)."""
-    path = REPO / ".dockerignore"
+def dockerignore(root: Path | None = None) -> list[str]:
+    """The build context's exclusions (``.dockerignore`` at the root of the tree; this
+    checkout's by default)."""
+    path = (root or REPO) / ".dockerignore"
     if not path.is_file():
         return []
     lines = (line.strip() for line in path.read_text().splitlines())
@@ -287,15 +305,17 @@ def _ignored(relative: str, patterns: list[str]) -> bool:
     return False
 
 
-def context_files(sources: list[str]) -> list[Path]:
-    """The files of the build context the COPY sources name, as the build sees them."""
-    patterns = dockerignore()
+def context_files(sources: list[str], root: Path | None = None) -> list[Path]:
+    """The files of the build context (the tree at ``root``, this checkout by default) the
+    COPY sources name, as the build sees them."""
+    root = root or REPO
+    patterns = dockerignore(root)
     found: list[Path] = []
     for source in sources:
-        top = REPO / source
+        top = root / source
         candidates = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
         for path in candidates:
-            relative = path.relative_to(REPO).as_posix()
+            relative = path.relative_to(root).as_posix()
             if not _ignored(relative, patterns):
                 found.append(path)
     return found
@@ -322,7 +342,7 @@ def torch_key() -> str:
 
 
 def cpu_build_args(image: Image) -> dict[str, str]:
-    return {image.base_arg: image.cpu.ref, "VERSION": VERSION, **image.cpu_args}
+    return {image.base_arg: image.cpu.ref, "VERSION": image.version, **image.cpu_args}
 
 
 def image_key(image: Image) -> str:
@@ -330,16 +350,17 @@ def image_key(image: Image) -> str:
     base = torch_key() if image.cpu.ref == TORCH_IMAGE else debian_key()
     files = []
     parsed = parse_dockerfile(image.dockerfile)
-    for path in context_files(parsed.copy_sources()):
+    for path in context_files(parsed.copy_sources(), image.tree):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        files.append((path.relative_to(REPO).as_posix(), digest))
+        files.append((path.relative_to(image.tree).as_posix(), digest))
     return _digest(
         BUILD_REVISION,
         base,
         image.dockerfile.read_text(),
         sorted(cpu_build_args(image).items()),
-        dockerignore(),
+        dockerignore(image.tree),
         files,
+        *(["thin"] if image.thin else []),
     )
 
 
@@ -589,13 +610,14 @@ def build_torch(run: Runner) -> None:
 def build_image(run: Runner, image: Image) -> None:
     """Build ``image`` (its cpu flavour) and write its OCI archive, then its stamp."""
     key = image_key(image)
-    say(f"images: {image.ref} from {image.dockerfile.relative_to(REPO)}")
-    _build(run, image.dockerfile, REPO, image.ref, key, cpu_build_args(image))
+    source = image.dockerfile.relative_to(image.tree)
+    say(f"images: {image.ref} from {source}" + (f" of {image.root}" if image.root else ""))
+    _build(run, image.dockerfile, image.tree, image.ref, key, cpu_build_args(image))
     info = inspect(image.ref)
     if info is None:
         raise ImageError(f"{image.ref} was built but is not in the storage")
     image.stamp.unlink(missing_ok=True)
-    _export(run, image.ref, image.archive)
+    _export(run, image.ref, image.archive, leave_out=base_layers(image) if image.thin else ())
     stamp = {
         "name": image.name,
         "ref": image.ref,
@@ -609,8 +631,21 @@ def build_image(run: Runner, image: Image) -> None:
     image.stamp.write_text(json.dumps(stamp, indent=2) + "\n")
 
 
-def _export(run: Runner, ref: str, archive: Path) -> None:
-    """Write the image ``ref`` of buildah's storage as the OCI archive ``archive``."""
+def base_layers(image: Image) -> frozenset[str]:
+    """The digests of the layers of ``image``'s cpu base (uncompressed, as the archives hold
+    them: a layer's digest is its diff id)."""
+    info = inspect(image.cpu.ref)
+    oci = info.get("OCIv1") if info else None
+    rootfs = oci.get("rootfs") if isinstance(oci, dict) else None
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list):
+        raise ImageError(f"{image.cpu.ref} (the base of {image.ref}) is not in the storage")
+    return frozenset(str(d) for d in diff_ids)
+
+
+def _export(run: Runner, ref: str, archive: Path, *, leave_out: Iterable[str] = ()) -> None:
+    """Write the image ``ref`` of buildah's storage as the OCI archive ``archive``, without
+    the blobs ``leave_out`` names."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     # Copied into an OCI layout first, with uncompressed layers, by skopeo (`buildah push`
     # gzips even with --disable-compression: minutes per torch layer on 2 cores; containerd
@@ -631,7 +666,7 @@ def _export(run: Runner, ref: str, archive: Path) -> None:
             ]
         )
         partial = archive.parent / f".{archive.name}.partial"
-        write_archive(layout, ref, partial)
+        write_archive(layout, ref, partial, leave_out=frozenset(leave_out))
         partial.replace(archive)
     finally:
         shutil.rmtree(layout, ignore_errors=True)
@@ -669,9 +704,13 @@ def _image_blobs(layout: Path, descriptor: dict[str, object]) -> list[str]:
     return [digest, str(manifest["config"]["digest"]), *layers]
 
 
-def write_archive(layout: Path, ref: str, target: Path) -> None:
+def write_archive(
+    layout: Path, ref: str, target: Path, *, leave_out: frozenset[str] = frozenset()
+) -> None:
     """An OCI archive (the tar form of a layout, as ``oci-archive:`` writes it) holding only
-    the image ``ref`` of ``layout``."""
+    the image ``ref`` of ``layout``, less the blobs ``leave_out`` names (a thin archive: its
+    index and manifest still name them, so whoever imports it must hold them already;
+    containerd reads the layers it unpacks from its content store)."""
     found = [m for m in _manifests(layout) if _ref_name(m) == ref]
     if len(found) != 1:
         raise ImageError(f"{layout} holds {len(found)} images named {ref}, not one")
@@ -682,6 +721,8 @@ def write_archive(layout: Path, ref: str, target: Path) -> None:
         info.size = len(index)
         archive.addfile(info, io.BytesIO(index))
         for digest in dict.fromkeys(_image_blobs(layout, found[0])):
+            if digest in leave_out:
+                continue
             algorithm, _, hexdigest = digest.partition(":")
             archive.add(_blob(layout, digest), arcname=f"blobs/{algorithm}/{hexdigest}")
 
@@ -726,13 +767,17 @@ def install_tools(run: Runner) -> None:
 
 
 def build(
-    names: list[str] | None = None, *, echo: bool = True, force: bool = False
+    names: list[str] | None = None,
+    *,
+    echo: bool = True,
+    force: bool = False,
+    among: Mapping[str, Image] = IMAGES,
 ) -> dict[str, float]:
-    """Build the named images (all by default) that are missing or out of date; returns
-    seconds spent per step. ``force`` rebuilds even current ones (the layer cache still
-    applies)."""
+    """Build the named images of ``among`` (this tree's by default; a release's, see
+    :mod:`.release`), all by default, that are missing or out of date; returns seconds spent
+    per step. ``force`` rebuilds even current ones (the layer cache still applies)."""
     with build_lock():
-        return _build_all([IMAGES[n] for n in (names or list(IMAGES))], echo=echo, force=force)
+        return _build_all([among[n] for n in (names or list(among))], echo=echo, force=force)
 
 
 @contextlib.contextmanager
@@ -753,7 +798,13 @@ def build_lock() -> Iterator[None]:
 
 
 def _build_all(chosen: list[Image], *, echo: bool, force: bool) -> dict[str, float]:
-    todo = [image for image in chosen if force or not is_current(image)]
+    # a thin archive cannot be loaded back into the storage (its base layers are not in it):
+    # an image of one that left the storage is built again (from the layer cache, if any)
+    todo = [
+        image
+        for image in chosen
+        if force or not is_current(image) or (image.thin and not in_storage(image))
+    ]
     spent: dict[str, float] = {}
     run = Runner(work_dir() / "build.log", echo=echo)
     for image in chosen:

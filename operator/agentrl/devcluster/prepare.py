@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from agentrl.devcluster import binaries, sglang_env
 from agentrl.devcluster.images import images_step
 from agentrl.devcluster.node.artifacts import node_step
+from agentrl.devcluster.release import release_images_step
 from agentrl.devcluster.steps import PrepareError, Step, say
 
 __all__ = ["STEPS", "PrepareError", "Step", "prepare", "say", "steps"]
@@ -65,6 +66,7 @@ STEPS: list[Callable[[], Step]] = [binaries_step, sglang_env.sglang_step]
 
 
 STEPS.append(images_step)  # the images as OCI archives: before the node, which imports them
+STEPS.append(release_images_step)  # the previous release's, on the same bases (upgrade test)
 STEPS.append(node_step)  # the real node's packages and images: after the binaries (CoreDNS)
 
 
