@@ -1,7 +1,8 @@
-"""The chart's PriorityClasses, as ``helm template`` renders them: four classes in the order
-trainer > engines > rollout workers > sandboxes, none the global default, sandboxes never
-preempting; their names handed to the operator; off for a cluster that manages its own (the
-operator then gets the names given, or none). Offline: no cluster."""
+"""The chart's PriorityClasses, as ``helm template`` renders them: five classes in the order
+operator > trainer > engines > rollout workers > sandboxes, none the global default, sandboxes
+never preempting; the first on the operator's own pod, the others' names handed to the operator;
+off for a cluster that manages its own (the operator then gets the names given, or none).
+Offline: no cluster."""
 
 from __future__ import annotations
 
@@ -35,25 +36,35 @@ def _class_options(docs: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def test_the_default_install_creates_four_ordered_classes_and_tells_the_operator(
+def _operator_class(docs: list[dict[str, Any]]) -> str | None:
+    spec = find(docs, "Deployment")["spec"]["template"]["spec"]
+    return spec.get("priorityClassName")
+
+
+def test_the_default_install_creates_five_ordered_classes_and_tells_the_operator(
     helm: Helm,
 ) -> None:
     docs = helm.template(release="rel")
     classes = _classes(docs)
     assert sorted(classes) == [
         "rel-agentrl-engines",
+        "rel-agentrl-operator",
         "rel-agentrl-rollout",
         "rel-agentrl-sandboxes",
         "rel-agentrl-trainer",
     ]
-    by_kind = {kind: classes[f"rel-agentrl-{kind}"] for kind in KINDS}
-    assert [by_kind[k]["value"] for k in KINDS] == [1000000, 100000, 10000, 1000]
-    assert [by_kind[k]["preemptionPolicy"] for k in KINDS] == [
+    order = ("operator", *KINDS)
+    by_kind = {kind: classes[f"rel-agentrl-{kind}"] for kind in order}
+    assert [by_kind[k]["value"] for k in order] == [10000000, 1000000, 100000, 10000, 1000]
+    assert [by_kind[k]["preemptionPolicy"] for k in order] == [
+        "PreemptLowerPriority",
         "PreemptLowerPriority",
         "PreemptLowerPriority",
         "PreemptLowerPriority",
         "Never",
     ]
+    # the operator's own pod is above every pod it manages: they never preempt it
+    assert _operator_class(docs) == "rel-agentrl-operator"
     for pc in classes.values():
         assert pc["apiVersion"] == "scheduling.k8s.io/v1"
         assert pc["globalDefault"] is False
@@ -85,6 +96,7 @@ def test_named_classes_are_created_under_those_names_with_their_values(helm: Hel
         "agentrl-sandboxes",
         "agentrl-trainer",
         "rel-agentrl-engines",
+        "rel-agentrl-operator",
         "rel-agentrl-rollout",
     ]
     trainer = classes["agentrl-trainer"]
@@ -106,6 +118,7 @@ def test_off_creates_no_class_and_passes_only_the_names_given(helm: Helm) -> Non
         }
     )
     assert _classes(docs) == {}
+    assert _operator_class(docs) is None
     # rollout workers and sandboxes get no class: the cluster's default applies to them
     assert _class_options(docs) == {
         "--trainer-priority-class": "cluster-gold",
@@ -117,6 +130,18 @@ def test_off_without_names_gives_the_operator_no_class_at_all(helm: Helm) -> Non
     docs = helm.template({"priorityClasses": {"create": False}})
     assert _classes(docs) == {}
     assert _class_options(docs) == {}
+    assert _operator_class(docs) is None
+
+
+def test_the_operator_pod_takes_a_class_given_by_name(helm: Helm) -> None:
+    named = helm.template(
+        {"priorityClasses": {"create": False, "operator": {"name": "cluster-platform"}}}
+    )
+    assert _operator_class(named) == "cluster-platform"
+    # operator.priorityClassName wins over the chart's class
+    chosen = helm.template({"operator": {"priorityClassName": "system-cluster-critical"}})
+    assert _operator_class(chosen) == "system-cluster-critical"
+    assert "rel-agentrl-operator" in _classes(chosen)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +150,12 @@ def test_off_without_names_gives_the_operator_no_class_at_all(helm: Helm) -> Non
         (
             {"engines": {"value": 1000000}},
             "priorityClasses.trainer.value (1000000) must be above priorityClasses.engines.value "
-            "(1000000): the order is trainer > engines > rollout > sandboxes",
+            "(1000000): the order is operator > trainer > engines > rollout > sandboxes",
+        ),
+        (
+            {"trainer": {"value": 20000000}},
+            "priorityClasses.operator.value (10000000) must be above "
+            "priorityClasses.trainer.value (20000000)",
         ),
         (
             {"sandboxes": {"value": 20000}},

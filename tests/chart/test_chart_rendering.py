@@ -28,7 +28,7 @@ def test_default_install_renders_exactly_the_operator_objects(
 ) -> None:
     assert kinds(defaults) == [
         "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-        "PriorityClass", "PriorityClass", "PriorityClass", "PriorityClass",
+        "PriorityClass", "PriorityClass", "PriorityClass", "PriorityClass", "PriorityClass",
         "Service", "ServiceAccount",
     ]
     cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",

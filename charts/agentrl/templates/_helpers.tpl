@@ -58,7 +58,7 @@ app.kubernetes.io/part-of: agentrl
 {{- end -}}
 {{- end -}}
 
-{{/* The PriorityClass of one kind of pod (trainer, engines, rollout, sandboxes): its name, or
+{{/* The PriorityClass of one kind of pod (operator, trainer, engines, rollout, sandboxes): its name, or
 "<fullname>-<kind>" when the chart creates the classes and no name is given; empty: none. */}}
 {{- define "agentrl.priorityClassName" -}}
 {{- $kind := index . 0 -}}
