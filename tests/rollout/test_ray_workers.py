@@ -284,3 +284,40 @@ async def test_closing_a_worker_does_not_cut_the_cleanup_of_an_episode_being_can
     await asyncio.sleep(0.05)  # (two calls of the driver's: the cleanup has begun)
     await worker.close()
     assert cleaned == [task.id]
+
+
+def test_ray_tells_a_restarting_worker_actor_from_one_gone_for_good(ray_cluster: None) -> None:
+    """:func:`agentrl.rollout.ray_workers.actor_state` against a real Ray: an actor killed
+    with a restart to come is never DEAD, one killed for good is."""
+    import time
+
+    import ray
+
+    from agentrl.rollout.ray_workers import actor_state
+
+    @ray.remote(max_restarts=-1, num_cpus=0)
+    class Probe:
+        def pid(self) -> int:
+            return os.getpid()
+
+    actor = Probe.remote()  # type: ignore[attr-defined]
+    first = ray.get(actor.pid.remote())
+    assert actor_state(actor) == "ALIVE"
+    ray.kill(actor, no_restart=False)
+    seen = set()
+    restarted = None
+    deadline = time.monotonic() + 60
+    while restarted is None and time.monotonic() < deadline:
+        seen.add(actor_state(actor))
+        try:
+            pid = ray.get(actor.pid.remote())
+        except ray.exceptions.RayActorError:  # restarting: calls fail meanwhile
+            continue
+        restarted = pid if pid != first else None
+        time.sleep(0.05)
+    assert restarted is not None and "DEAD" not in seen, seen
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 30
+    while actor_state(actor) != "DEAD" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert actor_state(actor) == "DEAD"

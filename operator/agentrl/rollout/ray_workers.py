@@ -52,8 +52,10 @@ once the restarted actor answers, gives it orders and slots again under the same
 sandbox pods (the kubernetes provider's worker id) are reaped by its next create
 (``agentrl_rollout_worker_restarts_total`` counts these). While no worker is alive and one is
 being restarted, episodes wait for it instead of failing at once; an actor gone for good
-(``ActorDiedError``: killed without restart) is not waited for, and with none alive and none
-coming back, every episode ends as an ``infra_error`` at once.
+(``ActorDiedError`` and Ray's control store says ``DEAD``: killed without restart) is not waited
+for, and with none alive and none coming back, every episode ends as an ``infra_error`` at once.
+(``ActorDiedError`` alone does not say it: a call reaching the dead incarnation before Ray
+marked it restarting fails so too.)
 
 Everything crossing the process boundary is a pydantic model dumped to JSON (the job manifest,
 tasks, trajectories): no live objects are pickled.
@@ -548,6 +550,20 @@ class _Order:
     """:class:`EpisodeOrder`'s fields, as sent."""
 
 
+def actor_state(actor: Any) -> str | None:
+    """What Ray's control store (GCS) says of ``actor``: ``ALIVE``, ``RESTARTING``, ``DEAD``,
+    ...; None when it cannot be asked. Blocking (a call to the GCS)."""
+    try:
+        # the one API that answers this without Ray's dashboard (ray.util.state needs it)
+        from ray._private import state
+
+        info = state.actors(actor_id=actor._actor_id.hex())
+    except Exception:  # no answer: cannot tell
+        return None
+    value = info.get("State") if isinstance(info, dict) else None
+    return str(value) if value else None
+
+
 class RemoteEpisodes:
     """The scheduler's episode runner when episodes run in worker actors (see the module's
     docstring): a :class:`~agentrl.rollout.scheduler.SlottedEpisodes`. Use through
@@ -906,8 +922,20 @@ class RemoteEpisodes:
                     raw = await worker.actor.open.remote(drop=True)
                     break
                 except ray.exceptions.ActorDiedError as exc:
-                    logger.error("rollout worker %d is gone for good: %s", worker.index, exc)
-                    return
+                    # A call that reaches the dead incarnation before Ray's control store
+                    # marked the actor restarting also fails so (both rollout pods replaced by
+                    # an image roll: the driver gave up on both workers, and the run stalled):
+                    # only the store's DEAD says the actor will not come back.
+                    state = await asyncio.to_thread(actor_state, worker.actor)
+                    if state is None or state == "DEAD":
+                        logger.error("rollout worker %d is gone for good: %s", worker.index, exc)
+                        return
+                    logger.warning(
+                        "rollout worker %d answered as dead but Ray says %s: waiting for it",
+                        worker.index, state,
+                    )  # fmt: skip
+                    await asyncio.sleep(wait)
+                    wait = min(2 * wait, longest)
                 except ray.exceptions.RayActorError:
                     await asyncio.sleep(wait)
                     wait = min(2 * wait, longest)
