@@ -548,16 +548,8 @@ def _run(
     )  # fmt: skip
     # every step of the three trainers (first, restarted, resumed) logged once, in order: the
     # pod deletion and the suspend neither repeated a step nor lost one
-    lines = [
-        json.loads(line)
-        for line in kubectl.run(
-            "exec", name, "--", "cat", "/checkpoints/trainer/steps.jsonl"
-        ).stdout.splitlines()
-        if line.strip()
-    ]
-    logged = [line["step"] for line in lines]
-    assert logged == list(range(1, len(logged) + 1)), logged
-    assert len(logged) >= at + 1
+    lines = step_log(kubectl, name)
+    assert len(lines) >= at + 1
     # ... and the counters of the checkpoint the suspend wrote (whose finished but untrained
     # trajectories the resumed trainer ran again) counted each trajectory once
     assert_counters_match_the_step_log(kubectl, name, at, lines)
@@ -628,6 +620,22 @@ def progress_step(kubectl: Kubectl, pod: str) -> int:
         .get("agentrl.dev/progress")
     )
     return int(json.loads(raw).get("step", 0)) if raw else 0
+
+
+def step_log(kubectl: Kubectl, pod: str) -> list[dict[str, Any]]:
+    """``steps.jsonl`` on the job's checkpoint volume, read in the trainer pod ``pod``, once
+    checked to hold every step once and in order (1, 2, ...): whichever trainers ran them, no
+    step repeated and none lost."""
+    lines = [
+        json.loads(line)
+        for line in kubectl.run(
+            "exec", pod, "--", "cat", "/checkpoints/trainer/steps.jsonl"
+        ).stdout.splitlines()
+        if line.strip()
+    ]
+    logged = [line["step"] for line in lines]
+    assert logged == list(range(1, len(logged) + 1)), logged
+    return lines
 
 
 RESUMED = re.compile(
