@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster, wait_for
+from agentrl.devcluster.testing import ClusterHandle, Kubectl, session_cluster
 
 pytest_plugins = ("tests.tiers",)
 
@@ -46,29 +46,9 @@ def kubectl(cluster: ClusterHandle, namespace: str) -> Kubectl:
 @pytest.fixture(scope="session")
 def crd_installed(cluster: ClusterHandle) -> None:
     """The AgentRLJob CRD from crds/, applied server-side and Established."""
-    from pathlib import Path
+    from tests.chart.charting import apply_crds
 
-    admin = cluster.kubectl()
-    for path in sorted(Path("crds").glob("*.yaml")):
-        admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    # `kubectl wait` fails at once instead of waiting while a just-created CRD's
-    # status.conditions is still null (".status.conditions accessor error: <nil>"): try again
-    wait_for(
-        lambda: (
-            admin.run(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=20s",
-                "crd/agentrljobs.agentrl.dev",
-                check=False,
-                timeout=30,
-            ).returncode
-            == 0
-        ),
-        timeout=60,
-        interval=0.5,
-        what="the AgentRLJob CRD to be Established",
-    )
+    apply_crds(cluster.kubectl())
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.devcluster.testing import Kubectl
+from agentrl.devcluster.testing import Kubectl, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "agentrl"
@@ -71,6 +71,31 @@ def adopt_crd(admin: Kubectl, release: str, namespace: str) -> None:
     admin.run("label", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm", "--overwrite")
     admin.run("annotate", "crd", CRD_NAME, f"meta.helm.sh/release-name={release}",
               f"meta.helm.sh/release-namespace={namespace}", "--overwrite")
+
+
+def apply_crds(admin: Kubectl, root: Path = REPO) -> None:
+    """The CRD of the tree at ``root`` (``crds/``), applied server-side taking over its fields
+    (as the chart installs it), and waited for until Established."""
+    for path in sorted((root / "crds").glob("*.yaml")):
+        admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    # `kubectl wait` fails at once instead of waiting while a just-created CRD's
+    # status.conditions is still null (".status.conditions accessor error: <nil>"): try again
+    wait_for(
+        lambda: (
+            admin.run(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=20s",
+                f"crd/{CRD_NAME}",
+                check=False,
+                timeout=30,
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        interval=0.5,
+        what="the AgentRLJob CRD to be Established",
+    )
 
 
 def unique_release(prefix: str = "arl") -> str:

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -617,7 +617,8 @@ def build_image(run: Runner, image: Image) -> None:
     if info is None:
         raise ImageError(f"{image.ref} was built but is not in the storage")
     image.stamp.unlink(missing_ok=True)
-    _export(run, image.ref, image.archive, leave_out=base_layers(image) if image.thin else ())
+    leave_out = base_layers(image) if image.thin else frozenset[str]()
+    _export(run, image.ref, image.archive, leave_out=leave_out)
     stamp = {
         "name": image.name,
         "ref": image.ref,
@@ -643,7 +644,9 @@ def base_layers(image: Image) -> frozenset[str]:
     return frozenset(str(d) for d in diff_ids)
 
 
-def _export(run: Runner, ref: str, archive: Path, *, leave_out: Iterable[str] = ()) -> None:
+def _export(
+    run: Runner, ref: str, archive: Path, *, leave_out: frozenset[str] = frozenset()
+) -> None:
     """Write the image ``ref`` of buildah's storage as the OCI archive ``archive``, without
     the blobs ``leave_out`` names."""
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -666,7 +669,7 @@ def _export(run: Runner, ref: str, archive: Path, *, leave_out: Iterable[str] = 
             ]
         )
         partial = archive.parent / f".{archive.name}.partial"
-        write_archive(layout, ref, partial, leave_out=frozenset(leave_out))
+        write_archive(layout, ref, partial, leave_out=leave_out)
         partial.replace(archive)
     finally:
         shutil.rmtree(layout, ignore_errors=True)

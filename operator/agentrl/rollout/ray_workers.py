@@ -934,11 +934,10 @@ class RemoteEpisodes:
                         "rollout worker %d answered as dead but Ray says %s: waiting for it",
                         worker.index, state,
                     )  # fmt: skip
-                    await asyncio.sleep(wait)
-                    wait = min(2 * wait, longest)
                 except ray.exceptions.RayActorError:
-                    await asyncio.sleep(wait)
-                    wait = min(2 * wait, longest)
+                    pass  # restarting: it answers once Ray has placed it again
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, longest)
             stat = WorkerStats.model_validate(raw)
             worker.pid, worker.restarts = stat.pid, worker.restarts + 1
             worker.report, worker.sent_grant, worker.withdrawing = None, None, None
