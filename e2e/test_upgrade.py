@@ -37,7 +37,6 @@ from tests.factories import from_manifest
 from agentrl.devcluster import images, release
 from agentrl.devcluster.testing import ClusterHandle, Kubectl, wait_for
 from e2e.test_cluster_run import (
-    assert_counters_match_the_step_log,
     condition,
     job_checkpoint_volume,
     operator_selector,
@@ -78,20 +77,13 @@ def previous_job() -> dict[str, Any]:
     )
 
 
-def apply_crd(admin: Kubectl, root: Path) -> None:
-    """The CRD of the tree at ``root``, as its chart installs it (server-side, taking over)."""
-    for path in sorted((root / "crds").glob("*.yaml")):
-        admin.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    admin.run("wait", "--for=condition=Established", "--timeout=60s", "crd/agentrljobs.agentrl.dev")
-
-
 @pytest.fixture
 def previous_release_on_real_node(  # type: ignore[no-untyped-def]
     cluster: ClusterHandle, cluster_helm, kubectl: Kubectl, crd_installed: None, tmp_path: Path
 ) -> Iterator[str]:
     """The previous release's chart (its operator image, its CRD) installed into the test's
     namespace, watching only it; yields the release name. The current CRD is put back after."""
-    from tests.chart.charting import unique_release
+    from tests.chart.charting import apply_crds, unique_release
 
     from agentrl.devcluster.cluster import project_archives
 
@@ -106,7 +98,7 @@ def previous_release_on_real_node(  # type: ignore[no-untyped-def]
         cluster.local.load(project_archives(), echo=lambda _m: None)
         cluster.local.load(release.archives(PREVIOUS), echo=lambda _m: None)
     admin = cluster.kubectl()
-    apply_crd(admin, old_tree())
+    apply_crds(admin, old_tree())  # as the release's chart installs it
     name = unique_release("up")
     extra = tmp_path / "previous-values.json"
     extra.write_text(
@@ -132,7 +124,7 @@ def previous_release_on_real_node(  # type: ignore[no-untyped-def]
             "uninstall", name, "--namespace", str(kubectl.namespace), "--wait", check=False,
             timeout=180,
         )  # fmt: skip
-        apply_crd(admin, ROOT)
+        apply_crds(admin)
 
 
 @pytest.fixture
@@ -233,7 +225,7 @@ def _run(  # type: ignore[no-untyped-def]
     log: StatusLog,
     tmp_path: Path,
 ) -> None:
-    from tests.chart.charting import CHART
+    from tests.chart.charting import CHART, apply_crds
 
     # -- 1. the previous release trains ------------------------------------------------------------
     kubectl.apply(previous_job())
@@ -258,7 +250,7 @@ def _run(  # type: ignore[no-untyped-def]
         "--values", str(VALUES), "--values", str(extra), "--wait", "--timeout", "240s",
         timeout=300,
     )  # fmt: skip
-    apply_crd(cluster.kubectl(), ROOT)
+    apply_crds(cluster.kubectl())
     (operator,) = [
         p
         for p in kubectl.json("get", "pods", "-l", selector)["items"]
@@ -329,7 +321,20 @@ def _run(  # type: ignore[no-untyped-def]
     lines = step_log(kubectl, pod)
     logged = [line["step"] for line in lines]
     assert len(logged) >= at + 2
-    assert_counters_match_the_step_log(kubectl, pod, at, lines)
+    # the checkpoint the resume read was written by the release's driver: its trained
+    # trajectories are exactly the steps' own and no infra error was trained on. Its class
+    # counts are not bounded by the step windows here: a v0.1.0 driver that gave up on its
+    # rollout workers (the race above) ends every episode at once as an infra error, counted
+    # and never trained, before any step's window holds them (77,488 in one run)
+    saved = json.loads(
+        kubectl.run(
+            "exec", pod, "--", "cat", f"/checkpoints/trainer/step-{at:08d}/driver.json"
+        ).stdout
+    )["counters"]
+    assert saved["trained_trajectories"] == sum(
+        line["trajectories"] for line in lines if line["step"] <= at
+    )
+    assert saved["infra_errors_in_training"] == 0, saved
 
     # the operator pod the upgrade started is still the one running: nothing preempted it
     (running,) = [
