@@ -724,4 +724,7 @@ async def _serve(engine: TinyEngine, host: str, port: int) -> None:
         await stop.wait()
     finally:
         engine.hung.set()  # release handlers parked by a hang fault so shutdown can finish
+        # and end the requests it holds (a stall fault's never finish): aiohttp's cleanup
+        # waits for every open handler before the app's own cleanup would cancel them
+        await engine.stop()
         await runner.cleanup()
