@@ -30,7 +30,9 @@
 # instead of passing on one that happens to have it.
 #
 # pytest prints the 25 slowest tests and fails a test over its time budget unless it is on
-# tests/slow_tests.txt; this script prints each step's wall time at the end, pass or fail.
+# tests/slow_tests.txt; this script prints each step's wall time at the end, pass or fail, with the
+# CPU time the whole machine was busy meanwhile (/proc/stat): busy / cores is the least wall time
+# that running the step's work side by side could reach.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,25 +52,42 @@ times=()
 scratch=""
 local_pid=""
 
-# step NAME COMMAND...: run COMMAND and record its wall time under NAME.
+# The machine's busy CPU time so far, in clock ticks (/proc/stat: user, nice, system, irq,
+# softirq, steal; every process counted, the cluster's and its containers' included).
+TICKS=$(getconf CLK_TCK 2>/dev/null || echo 100)
+CORES=$(nproc)
+cpu_busy() {
+  local _cpu user nice system _idle _iowait irq softirq steal _rest
+  read -r _cpu user nice system _idle _iowait irq softirq steal _rest </proc/stat
+  echo $((user + nice + system + irq + softirq + steal))
+}
+busy0=$(cpu_busy)
+
+# step NAME COMMAND...: run COMMAND and record its wall time under NAME, with the CPU time the
+# machine was busy meanwhile: a step's wall time can shrink by running its work side by side
+# only down to busy / cores.
 step() {
-  local name=$1 t0=$SECONDS rc
+  local name=$1 t0=$SECONDS b0 rc wall busy
+  b0=$(cpu_busy)
   shift
   "$@"
   rc=$?
-  times+=("$name $((SECONDS - t0))s")
+  wall=$((SECONDS - t0))
+  busy=$((($(cpu_busy) - b0) / TICKS))
+  times+=("$name ${wall}s (CPU busy ${busy} core-s, $((100 * busy / (CORES * (wall > 0 ? wall : 1))))% of $CORES cores)")
   return "$rc"
 }
 
 finish() {
-  local total=$((SECONDS - started)) joined=""
+  local total=$((SECONDS - started)) joined="" busy=$((($(cpu_busy) - busy0) / TICKS))
   if [ -n "$local_pid" ] && kill -0 "$local_pid" 2>/dev/null; then
     kill "$local_pid" 2>/dev/null  # interrupted: the local stream stops with the script
     wait "$local_pid" 2>/dev/null
   fi
   [ "${#times[@]}" -gt 0 ] && printf -v joined '%s, ' "${times[@]}"
   echo "scripts/test.sh ($tier) wall time: ${joined}total ${total}s" \
-    "($((total / 60)) min $((total % 60)) s)" >&2
+    "($((total / 60)) min $((total % 60)) s; CPU busy ${busy} core-s, at least" \
+    "$((busy / CORES / 60)) min $((busy / CORES % 60)) s on $CORES cores)" >&2
   if [ -n "$scratch" ]; then
     chmod -R u+w "$scratch" 2>/dev/null
     rm -rf "$scratch"
