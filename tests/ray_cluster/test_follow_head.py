@@ -30,11 +30,11 @@ PORT = 26393
 TOKEN = "a-token-of-the-job-0123456789abcdef"
 
 
-def _alive(env: dict[str, str]) -> int:
-    """Alive nodes of the head at PORT, asked by a driver process as the trainer's would."""
+def _alive(env: dict[str, str], port: int = PORT) -> int:
+    """Alive nodes of the head at ``port``, asked by a driver process as the trainer's would."""
     code = (
         "import ray\n"
-        f"ray.init(address='127.0.0.1:{PORT}', log_to_driver=False)\n"
+        f"ray.init(address='127.0.0.1:{port}', log_to_driver=False)\n"
         "print(sum(1 for n in ray.nodes() if n['Alive']))\n"
     )
     out = subprocess.run(
@@ -44,9 +44,9 @@ def _alive(env: dict[str, str]) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def _wait_alive(env: dict[str, str], want: int, timeout: float = 120) -> None:
+def _wait_alive(env: dict[str, str], want: int, timeout: float = 120, port: int = PORT) -> None:
     deadline = time.monotonic() + timeout
-    while (n := _alive(env)) != want:
+    while (n := _alive(env, port)) != want:
         assert time.monotonic() < deadline, f"{n} alive nodes, wanted {want}"
         time.sleep(2)
 
@@ -152,4 +152,35 @@ def test_the_rollout_worker_waits_for_the_head_and_follows_it_across_restarts(
         for head in heads:
             stop_ray_node(head)
         log.close()
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_head_exits_by_its_own_hand_within_the_grace_period(tmp_path: Path) -> None:
+    """:func:`stop_ray_node` on a head (the trainer's pod 0 at the end of its run) ends through
+    ``ray start``'s own SIGTERM handler, which exits 1 after stopping its processes, well within
+    a grace period shorter than Ray's 30 s drain default: no SIGKILL at the grace period's end
+    (exit -9). Ray's drain on SIGTERM asks the GCS that the same signal is stopping, so with it
+    on the head only exits once the drain's request times out."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = {**clean, "HOME": str(tmp_path)}
+    short = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        head = start_ray_node(NodeOffer(cpu=1), port=PORT + 1, temp_dir=str(short))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    try:
+        _wait_alive(env, 1, port=PORT + 1)  # up, its raylet registered: what a drain needs
+        processes = _descendants(head.pid)
+        assert len(processes) >= 2  # the GCS and the raylet at least
+        stop_ray_node(head, grace_seconds=15)
+        assert head.returncode == 1, head.returncode
+        assert _living(processes) == set()
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGKILL)
         shutil.rmtree(short, ignore_errors=True)

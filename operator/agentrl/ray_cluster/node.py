@@ -39,6 +39,12 @@ HEAD_POLL_SECONDS = 5.0
 MIN_HEALTHY_NODE_SECONDS = 30.0
 #: How often a waiting node says it is still waiting.
 WAIT_LOG_SECONDS = 60.0
+#: Ray's drain on SIGTERM (``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S``, 30 s by default), off unless
+#: the pod sets it: it lets Ray Serve proxies quiesce and then waits for the raylet to go idle. On
+#: our nodes it can only wait: :func:`stop_ray_node` stops a head together with its GCS, which the
+#: drain asks (it times out), and a node holding actors (the trainer's ranks, a rollout worker)
+#: never goes idle. Measured: a head took 33 s to stop with the drain, 3 s without.
+DRAIN_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,7 @@ def start_ray_node(
             "--disable-usage-stats",
             *([f"--temp-dir={temp_dir}"] if temp_dir else []),
         ],
+        env={**DRAIN_ENV, **os.environ},
         start_new_session=True,
     )
 
