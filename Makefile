@@ -28,7 +28,7 @@ run-tiny: install ## The built-in tiny policy's quickstart: the whole loop in ab
 	agentrl run examples/quickstart.yaml
 
 .PHONY: test
-test: install ## The whole suite, as CI runs it: lint, mypy, prepare, every test (about 35 min)
+test: install ## The whole suite, as CI runs it: lint, mypy, prepare, every test (50-70 min on 2 cores)
 	bash scripts/test.sh
 
 .PHONY: test-fast
