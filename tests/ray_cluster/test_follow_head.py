@@ -51,6 +51,19 @@ def _wait_alive(env: dict[str, str], want: int, timeout: float = 120, port: int 
         time.sleep(2)
 
 
+def _start_head(env: dict[str, str], port: int, temp_dir: Path) -> subprocess.Popen[bytes]:
+    """A Ray head as the trainer's pod 0 starts it, in exactly ``env`` (start_ray_node passes
+    on this process's environment)."""
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return start_ray_node(NodeOffer(cpu=1), port=port, temp_dir=str(temp_dir))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
 def _descendants(root: int) -> set[int]:
     """Live processes below ``root`` (its Ray node's processes: ray start, raylet, workers)."""
     parents: dict[int, int] = {}
@@ -110,14 +123,7 @@ def test_the_rollout_worker_waits_for_the_head_and_follows_it_across_restarts(
     heads: list[subprocess.Popen[bytes]] = []
 
     def start_head(i: int) -> None:
-        old = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
-        try:
-            heads.append(start_ray_node(NodeOffer(cpu=1), port=PORT, temp_dir=str(short / f"h{i}")))
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
+        heads.append(_start_head(env, PORT, short / f"h{i}"))
 
     try:
         # no head yet: the worker waits (a bare `ray start --address` exits 1 here)
@@ -165,14 +171,7 @@ def test_a_stopped_head_exits_by_its_own_hand_within_the_grace_period(tmp_path: 
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env = {**clean, "HOME": str(tmp_path)}
     short = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        head = start_ray_node(NodeOffer(cpu=1), port=PORT + 1, temp_dir=str(short))
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    head = _start_head(env, PORT + 1, short)
     try:
         _wait_alive(env, 1, port=PORT + 1)  # up, its raylet registered: what a drain needs
         processes = _descendants(head.pid)

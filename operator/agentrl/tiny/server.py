@@ -456,11 +456,13 @@ def build_app(engine: TinyEngine) -> web.Application:  # noqa: C901 - one small 
     async def on_startup(_: web.Application) -> None:
         engine.start()
 
-    async def on_cleanup(_: web.Application) -> None:
+    async def on_shutdown(_: web.Application) -> None:
+        # before the runner waits for open handlers: the requests the engine holds end (a stall
+        # fault's never would), so a SIGTERM stops it within its grace period
         await engine.stop()
 
     app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+    app.on_shutdown.append(on_shutdown)
 
     async def generate(request: web.Request) -> web.Response:
         await engine.guard()
@@ -724,7 +726,4 @@ async def _serve(engine: TinyEngine, host: str, port: int) -> None:
         await stop.wait()
     finally:
         engine.hung.set()  # release handlers parked by a hang fault so shutdown can finish
-        # and end the requests it holds (a stall fault's never finish): aiohttp's cleanup
-        # waits for every open handler before the app's own cleanup would cancel them
-        await engine.stop()
         await runner.cleanup()
