@@ -64,7 +64,7 @@ def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_chaos_run_counts_infra_errors_and_trains_on_none_of_them(tmp_path: Path) -> None:
+def test_a_chaos_run_counts_infra_errors_trains_none_and_a_resume_counts_on(tmp_path: Path) -> None:
     # Half the sandbox creations fail (seeded), engines crash now and then; no retries, so
     # every failed attempt reaches the trainer as an infra_error trajectory and must be kept
     # out of every step.
@@ -103,3 +103,20 @@ def test_a_chaos_run_counts_infra_errors_and_trains_on_none_of_them(tmp_path: Pa
         usable += sum(s["classes"].values()) - s["infra_errors"]
         assert trained <= usable
     assert summary["trained_trajectories"] == sum(s["trajectories"] for s in steps)
+
+    # The attempts are checkpointed with the step: a resumed run (one more step, no chaos)
+    # goes on from the checkpoint's count instead of starting again from 0.
+    driver = json.loads((run_dir / "checkpoints" / "step-00000002" / "driver.json").read_text())
+    checkpointed = driver["infra_error_attempts"]
+    # every infra-error trajectory the checkpoint's counters hold ended as an attempt before it
+    assert 0 < driver["counters"]["infra_errors"] <= checkpointed <= summary["infra_errors"]
+    result = CliRunner().invoke(
+        run,
+        [str(path), "--quiet", "--no-ray", "--max-steps", "3", "--skip-eval", "--resume",
+         "--run-dir", str(run_dir), "--report", str(report)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    resumed = json.loads((report / "summary.json").read_text())
+    assert (resumed["steps"], resumed["restarts"]) == (3, 1)
+    assert resumed["infra_errors"] >= checkpointed
+    assert resumed["infra_errors"] >= resumed["infra_errors_dropped"] >= received

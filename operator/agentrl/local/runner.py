@@ -148,9 +148,12 @@ class ChaosProvider:
 
 
 class CountingRunner(EpisodeRunner):
-    """The rollout tier's runner, counting every attempt that ended in an infra error."""
+    """The rollout tier's runner, counting every attempt that ended in an infra error in the
+    driver's state, so the count is checkpointed with it and a resumed run goes on from it."""
 
-    infra_attempts = 0
+    def __init__(self, *, state: DriverState, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = state
 
     async def run_attempt(
         self, task: Task, *, group_id: str, policy_version: int, attempt: int = 0
@@ -159,7 +162,7 @@ class CountingRunner(EpisodeRunner):
             task, group_id=group_id, policy_version=policy_version, attempt=attempt
         )
         if trajectory.terminal_class == TerminalClass.INFRA_ERROR:
-            self.infra_attempts += 1
+            self.state.infra_error_attempts += 1
         return trajectory
 
 
@@ -298,6 +301,7 @@ async def run_local(
     caps = EpisodeCaps.from_spec(spec)
     turns = _turn_tokenizer(spec, start_weights)
     runner = CountingRunner(
+        state=state,
         provider=provider,
         agent=TokenAgent(pool, turns, caps),
         caps=caps,
@@ -401,7 +405,7 @@ async def run_local(
         after=after,
         after_warm_start=after_warm_start,
         warm_start=warm,
-        infra_error_attempts=runner.infra_attempts,
+        infra_error_attempts=state.infra_error_attempts,
         engine_restarts=engines.restarts,
         long_tail_shares=long_tail,
         train_tasks=len(tasks.train),

@@ -111,6 +111,11 @@ class DriverState(BaseModel):
     restarts: int = 0
     """Times the trainer resumed from a checkpoint."""
     counters: Counters = Field(default_factory=Counters)
+    infra_error_attempts: int = 0
+    """Episode attempts that ended in an infra error, retried or not, counted when they end
+    (``agentrl run``'s ``infra_errors``): they happened, so a replayed task's attempts add to
+    them. Those after the newest checkpoint of a killed process are lost with it; absent from
+    a checkpoint written before it (counting starts again at the resume)."""
     elapsed_seconds: float = 0.0
     """Wall time of the run before this checkpoint (summed over restarts)."""
     warm_start: WarmStartProgress | None = None
