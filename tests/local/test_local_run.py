@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -31,19 +32,21 @@ def _short_manifest(tmp_path: Path, **failure_policy: object) -> Path:
     return path
 
 
+def _run(path: Path, run_dir: Path, report: Path, *flags: str) -> dict[str, Any]:
+    """``agentrl run`` on ``path`` in-process (no Ray); asserts it succeeded, returns its
+    ``summary.json``."""
+    args = [str(path), "--quiet", "--no-ray", *flags, "--run-dir", str(run_dir)]
+    result = CliRunner().invoke(run, [*args, "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    return json.loads((report / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
 @pytest.mark.slow
 def test_a_two_step_run_reports_figures_consistent_with_its_step_log(tmp_path: Path) -> None:
     path = _short_manifest(tmp_path)
     run_dir, report = tmp_path / "run", tmp_path / "report"
 
-    result = CliRunner().invoke(
-        run,
-        [str(path), "--quiet", "--no-ray", "--max-steps", "2", "--eval-samples", "1",
-         "--run-dir", str(run_dir), "--report", str(report)],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-
-    summary = json.loads((report / "summary.json").read_text())
+    summary = _run(path, run_dir, report, "--max-steps", "2", "--eval-samples", "1")
     steps = [json.loads(x) for x in (run_dir / "logs" / "steps.jsonl").read_text().splitlines()]
     assert summary["steps"] == len(steps) == 2
     assert summary["trained_trajectories"] == sum(s["trajectories"] for s in steps)
@@ -71,14 +74,7 @@ def test_a_chaos_run_counts_infra_errors_trains_none_and_a_resume_counts_on(tmp_
     path = _short_manifest(tmp_path, infraRetries=0)
     run_dir, report = tmp_path / "run", tmp_path / "report"
 
-    result = CliRunner().invoke(
-        run,
-        [str(path), "--quiet", "--no-ray", "--max-steps", "2", "--skip-eval", "--chaos", "0.5",
-         "--run-dir", str(run_dir), "--report", str(report)],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-
-    summary = json.loads((report / "summary.json").read_text())
+    summary = _run(path, run_dir, report, "--max-steps", "2", "--skip-eval", "--chaos", "0.5")
     steps = [json.loads(x) for x in (run_dir / "logs" / "steps.jsonl").read_text().splitlines()]
     assert summary["steps"] == len(steps) == 2
     assert summary["infra_errors"] > 0
@@ -110,13 +106,7 @@ def test_a_chaos_run_counts_infra_errors_trains_none_and_a_resume_counts_on(tmp_
     checkpointed = driver["infra_error_attempts"]
     # every infra-error trajectory the checkpoint's counters hold ended as an attempt before it
     assert 0 < driver["counters"]["infra_errors"] <= checkpointed <= summary["infra_errors"]
-    result = CliRunner().invoke(
-        run,
-        [str(path), "--quiet", "--no-ray", "--max-steps", "3", "--skip-eval", "--resume",
-         "--run-dir", str(run_dir), "--report", str(report)],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    resumed = json.loads((report / "summary.json").read_text())
+    resumed = _run(path, run_dir, report, "--max-steps", "3", "--skip-eval", "--resume")
     assert (resumed["steps"], resumed["restarts"]) == (3, 1)
     assert resumed["infra_errors"] >= checkpointed
     assert resumed["infra_errors"] >= resumed["infra_errors_dropped"] >= received
